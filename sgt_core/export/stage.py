@@ -1,0 +1,34 @@
+"""The export stage: best-epoch attention scores -> one Parquet file per layer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from sgt_core.errors import SGTError
+from sgt_core.estimate.stage import SCORES_FILE
+from sgt_core.export.scores import SCORES_DIR, summarise_scores, write_attention_scores
+from sgt_core.preprocess.interaction_graph import EDGE_TYPES, InteractionGraph
+from sgt_core.preprocess.stage import INTERACTION_GRAPH_FILE
+
+# Scores of each destination must sum to 1; float32 softmax sums drift by far less than this.
+NORMALISATION_TOLERANCE = 1e-4
+
+
+def run_export(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, float]:
+    """Writes the scores to Parquet and checks, through DuckDB, that each destination's scores sum to 1."""
+    graph = InteractionGraph.load(inputs["preprocess"] / INTERACTION_GRAPH_FILE)
+    layer_scores = torch.load(inputs["estimate"] / SCORES_FILE, weights_only=True)  # [L, E]
+    scores_dir = out_dir / SCORES_DIR
+    write_attention_scores(layer_scores, graph.edge_index, graph.edge_type, EDGE_TYPES, scores_dir)
+    summary = summarise_scores(scores_dir)
+    worst = max(row[4] for row in summary["per_layer"])
+    if worst > NORMALISATION_TOLERANCE:
+        raise SGTError(f"{scores_dir}: scores of some destination sum to 1 +- {worst:.2e}, beyond {NORMALISATION_TOLERANCE}")
+    metrics = {"rows": int(layer_scores.numel()), "max_normalisation_error": float(worst)}
+    for layer, _, entropy, _, _ in summary["per_layer"]:
+        metrics[f"mean_entropy_layer_{layer}"] = float(entropy)
+    for layer, edge_type, mass, _ in summary["mass"]:
+        metrics[f"mass_{edge_type}_layer_{layer}"] = float(mass)
+    return metrics

@@ -1,0 +1,8 @@
+"""Networks: the narrow attention-score estimator and the wide Spexphormer network."""
+
+from sgt_core.models.estimator import AttentionScoreEstimator
+from sgt_core.models.estimator_attention import EstimatorAttention
+from sgt_core.models.sampled_attention import SampledAttention
+from sgt_core.models.spexphormer import SampledLayer, Spexphormer
+
+__all__ = ["AttentionScoreEstimator", "EstimatorAttention", "SampledAttention", "SampledLayer", "Spexphormer"]

@@ -1,0 +1,75 @@
+"""AttentionScoreEstimator: the narrow network whose per-layer attention scores drive sampling."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from sgt_core.models.estimator_attention import EstimatorAttention
+
+
+class EstimatorLayer(nn.Module):
+    """Attention and a feed-forward block, each with a residual and (optionally) layer norm."""
+
+    def __init__(self, width: int, num_edge_types: int, layer_norm: bool, logit_clip: float) -> None:
+        super().__init__()
+        self.attention = EstimatorAttention(width, num_edge_types, logit_clip)
+        self.feed_forward = nn.Sequential(nn.Linear(width, 2 * width), nn.ReLU(), nn.Linear(2 * width, width))
+        # Layer norm keeps the scores meaningful across layers (Spexphormer D.1); an ablation removes it.
+        self.norm_attention = nn.LayerNorm(width) if layer_norm else nn.Identity()
+        self.norm_feed_forward = nn.LayerNorm(width) if layer_norm else nn.Identity()
+
+    def forward(self, h: Tensor, edge_index: Tensor, edge_type: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
+        attended, scores = self.attention(h, edge_index, edge_type, temperature)
+        h = self.norm_attention(h + attended)
+        h = self.norm_feed_forward(h + self.feed_forward(h))
+        return h, scores
+
+
+class AttentionScoreEstimator(nn.Module):
+    """The attention score estimator network (Spexphormer section 4): narrow, one head, full graph.
+
+    It has as many layers as the wide network; layer l's scores become the sampling distribution of the
+    wide network's layer l. No dropout (Spexphormer D.1).
+
+    Args:
+        in_features: node feature width F.
+        num_classes: output classes.
+        width: hidden width (4 or 8).
+        num_layers: attention layers L.
+        num_edge_types: edge types of the interaction graph.
+        num_node_kinds: node kinds (real, virtual, ...); added nodes get a learned embedding.
+        layer_norm: use layer norm in each layer.
+        logit_clip: clip the tempered logits to +-logit_clip.
+
+    Shapes:
+        x [N, F], node_kind [N], edge_index [2, E], edge_type [E] -> logits [N, C], L score tensors [E].
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        num_classes: int,
+        width: int,
+        num_layers: int,
+        num_edge_types: int,
+        num_node_kinds: int,
+        layer_norm: bool = True,
+        logit_clip: float = 8.0,
+    ) -> None:
+        super().__init__()
+        self.encoder = nn.Linear(in_features, width)
+        self.node_kind_embedding = nn.Embedding(num_node_kinds, width)
+        self.layers = nn.ModuleList(
+            EstimatorLayer(width, num_edge_types, layer_norm, logit_clip) for _ in range(num_layers)
+        )
+        self.head = nn.Linear(width, num_classes)
+
+    def forward(
+        self, x: Tensor, node_kind: Tensor, edge_index: Tensor, edge_type: Tensor, temperature: float = 1.0
+    ) -> tuple[Tensor, list[Tensor]]:
+        h = self.encoder(x) + self.node_kind_embedding(node_kind)  # [N, width]
+        layer_scores = []
+        for layer in self.layers:
+            h, scores = layer(h, edge_index, edge_type, temperature)
+            layer_scores.append(scores)
+        return self.head(h), layer_scores

@@ -1,0 +1,1 @@
+"""Stage 1, preprocess: load a graph and build its typed interaction graph."""

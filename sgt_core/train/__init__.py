@@ -1,0 +1,1 @@
+"""Stage 4, train: the wide network on per-layer graphs sampled from the exported scores."""

@@ -1,0 +1,52 @@
+"""Shared fixtures: one Prefect test server per session, tiny configs, and the real datasets' folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATASETS = REPO_ROOT.parent / "shared" / "datasets"
+
+# Small enough that the whole pipeline runs in seconds, big enough that every part is exercised.
+TINY_GRID = ["dataset.height=12", "dataset.width=12"]
+TINY_MODEL = [
+    "preprocess.expander.degree=4",
+    "estimator.epochs=6",
+    "estimator.warmup_epochs=1",
+    "model.hidden=16",
+    "model.heads=2",
+    "model.num_layers=2",
+    "model.degrees=[6,4]",
+    "train.epochs=4",
+    "train.warmup_epochs=1",
+]
+TINY_OVERRIDES = [*TINY_GRID, *TINY_MODEL]
+
+
+@pytest.fixture(scope="session")
+def shared_datasets() -> Path:
+    if not SHARED_DATASETS.is_dir():
+        pytest.skip(f"real datasets not found at {SHARED_DATASETS} (../shared/datasets beside the repo)")
+    return SHARED_DATASETS
+
+
+@pytest.fixture(scope="session")
+def prefect_server():
+    """One ephemeral Prefect API server and database for the whole session (a cold start costs ~15 s)."""
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+@pytest.fixture
+def artifacts_dir(tmp_path, monkeypatch) -> Path:
+    """A private artifacts root (and MLflow store under it) for one test."""
+    root = tmp_path / "artifacts"
+    monkeypatch.setenv("SGT_ARTIFACTS", str(root))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return root
