@@ -12,9 +12,9 @@ def metric_name(num_classes: int) -> str:
     return "roc_auc" if num_classes == 2 else "accuracy"
 
 
-def evaluate(logits: Tensor, labels: Tensor, mask: Tensor, num_classes: int) -> float:
-    """The task metric of `logits` [N, C] against `labels` [N] over the nodes in `mask` [N]."""
-    logits, labels = logits[mask].detach().float().cpu(), labels[mask].cpu()
+def evaluate(logits: Tensor, labels: Tensor, num_classes: int) -> float:
+    """The task metric of `logits` [M, C] against `labels` [M] (the rows of the nodes being scored)."""
+    logits, labels = logits.detach().float().cpu(), labels.cpu()
     if num_classes == 2:
         if labels.unique().numel() < 2:  # AUC is undefined on a one-class split
             return float("nan")

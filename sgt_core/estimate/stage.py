@@ -52,12 +52,12 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
         loss = F.cross_entropy(logits[graph.train_mask], graph.y[graph.train_mask])
         # The estimator has no dropout and layer norm has no train/eval difference, so this forward pass
         # already is the evaluation of the current weights: no second pass is needed to score the epoch.
-        val = evaluate(logits, graph.y, graph.val_mask, graph.num_classes)
+        val = evaluate(logits[graph.val_mask], graph.y[graph.val_mask], graph.num_classes)
         if val > best["val"]:
             best = {
                 "epoch": epoch,
                 "val": val,
-                "test": evaluate(logits, graph.y, graph.test_mask, graph.num_classes),
+                "test": evaluate(logits[graph.test_mask], graph.y[graph.test_mask], graph.num_classes),
                 "scores": torch.stack([s.detach() for s in layer_scores]).float(),  # [L, E]
                 "state": {k: v.detach().clone() for k, v in model.state_dict().items()},
             }

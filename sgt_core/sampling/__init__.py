@@ -1,5 +1,12 @@
-"""Per-layer neighbour sampling from attention scores (Spexphormer Algorithm 1)."""
+"""Per-layer neighbour sampling from attention scores (Spexphormer Algorithms 1 and 2)."""
 
-from sgt_core.sampling.reservoir import SAMPLERS, sample_full_graph_layers, sample_neighbours
+from sgt_core.sampling.reservoir import (
+    SAMPLERS,
+    LayerSampler,
+    sample_batch_layers,
+    sample_full_graph_layers,
+    sample_layer,
+    sample_neighbours,
+)
 
-__all__ = ["SAMPLERS", "sample_full_graph_layers", "sample_neighbours"]
+__all__ = ["SAMPLERS", "LayerSampler", "sample_batch_layers", "sample_full_graph_layers", "sample_layer", "sample_neighbours"]

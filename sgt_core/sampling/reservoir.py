@@ -79,6 +79,23 @@ def sample_neighbours(
     return edges, edges >= 0
 
 
+def sample_layer(
+    edge_index: Tensor,
+    edge_type: Tensor,
+    ptr: Tensor,
+    scores: Tensor,
+    degree: int,
+    *,
+    nodes: Tensor | None = None,
+    method: str = "reservoir",
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Samples one layer for `nodes` (default all): global neighbour ids, edge types and mask, each [Q, deg]."""
+    edges, mask = sample_neighbours(ptr, scores, degree, nodes=nodes, method=method, generator=generator)
+    safe_edges = edges.clamp_min(0)  # [Q, deg] masked slots point at edge 0 and are ignored through the mask
+    return edge_index[0][safe_edges], edge_type[safe_edges], mask
+
+
 def sample_full_graph_layers(
     edge_index: Tensor,
     edge_type: Tensor,
@@ -98,18 +115,79 @@ def sample_full_graph_layers(
         layer_scores: float [L, E] attention scores of each layer.
         degrees: deg_l per layer.
     """
-    num_nodes = ptr.numel() - 1
-    all_nodes = torch.arange(num_nodes, device=edge_index.device)
+    all_nodes = torch.arange(ptr.numel() - 1, device=edge_index.device)
     layers = []
     for scores, degree in zip(layer_scores, degrees):
-        edges, mask = sample_neighbours(ptr, scores, degree, method=method, generator=generator)
-        safe_edges = edges.clamp_min(0)  # [N, deg] masked slots point at edge 0, ignored through the mask
-        layers.append(
-            SampledLayer(
-                queries=all_nodes,
-                neighbours=edge_index[0][safe_edges],  # [N, deg]
-                neighbour_type=edge_type[safe_edges],  # [N, deg]
-                neighbour_mask=mask,
-            )
+        neighbours, types, mask = sample_layer(
+            edge_index, edge_type, ptr, scores, degree, method=method, generator=generator
         )
+        layers.append(SampledLayer(all_nodes, neighbours, types, mask))
     return layers
+
+
+def sample_batch_layers(
+    edge_index: Tensor,
+    edge_type: Tensor,
+    ptr: Tensor,
+    layer_scores: Tensor,
+    degrees: list[int],
+    targets: Tensor,
+    *,
+    method: str = "reservoir",
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, list[SampledLayer]]:
+    """Layer-wise neighbourhood sampling for a batch of target nodes (Spexphormer Algorithm 2).
+
+    Working backwards from the last layer: the queries of layer l are the nodes layer l+1 needs
+    (the targets for l = L); each samples deg_l neighbours, and the layer's input node set is the union
+    of queries and sampled neighbours. Only those nodes are computed, so a batch costs at most
+    |B| * prod(deg_l + 1) node updates however large the graph is.
+
+    Returns:
+        input_nodes: int64 [N_1] global ids of the first layer's input rows (sorted).
+        layers: per layer, a SampledLayer in the local row numbering of that layer's input; the last
+            layer's output rows are the targets, in the order given.
+    """
+    needed = targets  # global ids of the rows layer l must output, V^(l+1)
+    layers: list[SampledLayer] = []
+    for scores, degree in zip(reversed(layer_scores), reversed(degrees)):
+        neighbours, types, mask = sample_layer(
+            edge_index, edge_type, ptr, scores, degree, nodes=needed, method=method, generator=generator
+        )
+        # Masked slots point at the query itself, so every id below is in the layer's node set.
+        neighbours = torch.where(mask, neighbours, needed.unsqueeze(1))  # [Q, deg]
+        # V^(l) = Q^(l) ∪ K^(l); torch.unique sorts, so searchsorted maps global ids to local rows.
+        inputs = torch.unique(torch.cat([needed, neighbours.flatten()]))  # [N_l]
+        layers.append(SampledLayer(
+            queries=torch.searchsorted(inputs, needed),  # [Q]
+            neighbours=torch.searchsorted(inputs, neighbours),  # [Q, deg]
+            neighbour_type=types,
+            neighbour_mask=mask,
+        ))
+        needed = inputs
+    layers.reverse()
+    return needed, layers
+
+
+class LayerSampler:
+    """Holds a graph and its per-layer scores; samples full-graph layers or a batch's layers on demand.
+
+    Args:
+        edge_index, edge_type, ptr: the interaction graph (CSR over dst), on the target device.
+        layer_scores: float [L, E] sampling weights per layer.
+        degrees: deg_l per layer.
+        method: "reservoir", "uniform" or "topk".
+        generator: torch generator on the same device.
+    """
+
+    def __init__(self, edge_index, edge_type, ptr, layer_scores, degrees, method, generator) -> None:
+        self.edge_index, self.edge_type, self.ptr = edge_index, edge_type, ptr
+        self.layer_scores, self.degrees, self.method, self.generator = layer_scores, list(degrees), method, generator
+
+    def full(self) -> list[SampledLayer]:
+        return sample_full_graph_layers(self.edge_index, self.edge_type, self.ptr, self.layer_scores,
+                                        self.degrees, method=self.method, generator=self.generator)
+
+    def batch(self, targets: Tensor) -> tuple[Tensor, list[SampledLayer]]:
+        return sample_batch_layers(self.edge_index, self.edge_type, self.ptr, self.layer_scores, self.degrees,
+                                   targets, method=self.method, generator=self.generator)

@@ -16,7 +16,7 @@ from sgt_core.metrics import evaluate, metric_name
 from sgt_core.models import Spexphormer
 from sgt_core.preprocess.interaction_graph import EDGE_TYPES, NODE_KINDS, InteractionGraph
 from sgt_core.preprocess.stage import INTERACTION_GRAPH_FILE
-from sgt_core.sampling import sample_full_graph_layers
+from sgt_core.sampling import LayerSampler
 from sgt_core.schedules import cosine_with_warmup
 from sgt_core.seeding import seed_everything
 
@@ -47,16 +47,10 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
     log.info("training the wide network on %s", device)
 
     x, node_kind, y = graph.x.to(device), graph.node_kind.to(device), graph.y.to(device)
-    edge_index, edge_type, ptr = graph.edge_index.to(device), graph.edge_type.to(device), graph.ptr.to(device)
-    layer_scores = layer_scores.to(device)
     generator = torch.Generator(device=device).manual_seed(cfg["seed"])
+    sampler = LayerSampler(graph.edge_index.to(device), graph.edge_type.to(device), graph.ptr.to(device),
+                           layer_scores.to(device), model_cfg["degrees"], options["sampler"], generator)
     metric = metric_name(graph.num_classes)
-
-    def sample_layers():
-        return sample_full_graph_layers(
-            edge_index, edge_type, ptr, layer_scores, model_cfg["degrees"], method=options["sampler"], generator=generator
-        )
-
     model = Spexphormer(
         in_features=graph.x.shape[1],
         num_classes=graph.num_classes,
@@ -69,38 +63,63 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
     ).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=options["lr"], weight_decay=options["weight_decay"])
     scheduler = cosine_with_warmup(optimizer, options["warmup_epochs"], options["epochs"])
-    train_mask, val_mask, test_mask = (m.to(device) for m in (graph.train_mask, graph.val_mask, graph.test_mask))
+    train_nodes, val_nodes, test_nodes = (m.nonzero().flatten().to(device)
+                                          for m in (graph.train_mask, graph.val_mask, graph.test_mask))
+    eval_nodes = torch.cat([val_nodes, test_nodes])
+    batch_size = options["batch_size"]
+
+    def batches(nodes: torch.Tensor) -> list[torch.Tensor]:
+        chunks = list(nodes.split(batch_size))
+        if len(chunks) > 1 and chunks[-1].numel() < 2:  # batch norm needs two rows in training mode
+            chunks[-2:] = [torch.cat(chunks[-2:])]
+        return chunks
+
+    def predict(nodes: torch.Tensor) -> torch.Tensor:
+        """Logits [len(nodes), C] with freshly sampled layers: one full-graph pass or Algorithm 2 batches."""
+        if batch_size is None:
+            return model(x, node_kind, sampler.full())[nodes]
+        outputs = []
+        for chunk in nodes.split(batch_size):
+            input_nodes, layers = sampler.batch(chunk)
+            outputs.append(model(x[input_nodes], node_kind[input_nodes], layers))
+        return torch.cat(outputs)
+
+    def train_step(nodes: torch.Tensor) -> float:
+        loss = F.cross_entropy(predict(nodes), y[nodes])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
 
     best = {"epoch": -1, "val": float("-inf"), "test": float("nan"), "state": None}
     history, started = [], time.perf_counter()
     for epoch in range(options["epochs"]):
         model.train()
-        logits = model(x, node_kind, sample_layers())  # [N, C]
-        loss = F.cross_entropy(logits[train_mask], y[train_mask])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        if batch_size is None:
+            loss = train_step(train_nodes)
+        else:
+            shuffled = train_nodes[torch.randperm(train_nodes.numel(), generator=generator, device=device)]
+            losses = [train_step(chunk) for chunk in batches(shuffled)]
+            loss = sum(losses) / len(losses)
         scheduler.step()
-
-        model.eval()
-        with torch.no_grad():
-            logits = model(x, node_kind, sample_layers())  # evaluation samples afresh
-        val = evaluate(logits, y, val_mask, graph.num_classes)
-        if val > best["val"]:
-            best = {
-                "epoch": epoch,
-                "val": val,
-                "test": evaluate(logits, y, test_mask, graph.num_classes),
-                "state": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-            }
-        history.append({
-            "epoch": epoch,
-            "loss": loss.item(),
-            f"train_{metric}": evaluate(logits, y, train_mask, graph.num_classes),
-            f"val_{metric}": val,
-        })
-        if epoch % 10 == 0 or epoch == options["epochs"] - 1:
-            log.info("train epoch %d/%d loss %.4f val_%s %.4f", epoch + 1, options["epochs"], loss.item(), metric, val)
+        row = {"epoch": epoch, "loss": loss}
+        if epoch % options["eval_every"] == 0 or epoch == options["epochs"] - 1:
+            model.eval()
+            with torch.no_grad():
+                logits = predict(eval_nodes)  # evaluation samples afresh
+            val_logits, test_logits = logits[: val_nodes.numel()], logits[val_nodes.numel():]
+            val = evaluate(val_logits, y[val_nodes], graph.num_classes)
+            row[f"val_{metric}"] = val
+            if val > best["val"]:
+                best = {
+                    "epoch": epoch,
+                    "val": val,
+                    "test": evaluate(test_logits, y[test_nodes], graph.num_classes),
+                    "state": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
+                }
+            if epoch % 10 == 0 or epoch == options["epochs"] - 1:
+                log.info("train epoch %d/%d loss %.4f val_%s %.4f", epoch + 1, options["epochs"], loss, metric, val)
+        history.append(row)
 
     seconds = time.perf_counter() - started
     checkpoint = {"state_dict": best["state"], "config": {"model": model_cfg, "train": options}, "epoch": best["epoch"]}
