@@ -71,7 +71,8 @@ def command_run(overrides: list[str]) -> int:
 def command_scores(overrides: list[str], path: str | None) -> int:
     from sgt_core.artifacts import ArtifactStore
     from sgt_core.config import compose_config
-    from sgt_core.export.scores import SCORES_DIR, format_summary, summarise_scores
+    from sgt_core.export.scores import SCORES_DIR
+    from sgt_core.export.summary import format_summary, summarise_scores
     from sgt_core.pipeline import stage_keys
 
     if path is None:

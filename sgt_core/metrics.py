@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-from sklearn.metrics import roc_auc_score
 from torch import Tensor
 
 
@@ -12,12 +11,30 @@ def metric_name(num_classes: int) -> str:
     return "roc_auc" if num_classes == 2 else "accuracy"
 
 
+def roc_auc(scores: Tensor, labels: Tensor) -> float:
+    """Area under the ROC curve of `scores` [M] for binary `labels` [M], ties counted half.
+
+    The Mann-Whitney form: AUC = (sum of the positives' ranks - P(P+1)/2) / (P * N), with tied scores
+    sharing their average rank. Written in torch rather than imported from scikit-learn, whose import
+    alone costs the training stages ~70 MB of resident memory.
+    """
+    scores, labels = scores.double().flatten(), labels.flatten().bool()
+    positives = int(labels.sum())
+    negatives = labels.numel() - positives
+    if positives == 0 or negatives == 0:  # undefined on a one-class split
+        return float("nan")
+    order = torch.argsort(scores)
+    _, group, counts = torch.unique_consecutive(scores[order], return_inverse=True, return_counts=True)
+    ends = counts.cumsum(0)
+    average_rank = (ends - counts + 1 + ends).double() / 2  # 1-based ranks start..end, averaged per tie group
+    ranks = torch.empty_like(scores)
+    ranks[order] = average_rank[group]
+    return float((ranks[labels].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+
+
 def evaluate(logits: Tensor, labels: Tensor, num_classes: int) -> float:
     """The task metric of `logits` [M, C] against `labels` [M] (the rows of the nodes being scored)."""
     logits, labels = logits.detach().float().cpu(), labels.cpu()
     if num_classes == 2:
-        if labels.unique().numel() < 2:  # AUC is undefined on a one-class split
-            return float("nan")
-        positive_probability = torch.softmax(logits, dim=-1)[:, 1]
-        return float(roc_auc_score(labels.numpy(), positive_probability.numpy()))
+        return roc_auc(logits[:, 1] - logits[:, 0], labels)  # the log-odds orders nodes like P(class 1)
     return float((logits.argmax(dim=-1) == labels).float().mean())

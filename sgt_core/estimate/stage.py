@@ -12,8 +12,7 @@ import torch.nn.functional as F
 
 from sgt_core.metrics import evaluate, metric_name
 from sgt_core.models import AttentionScoreEstimator
-from sgt_core.preprocess.interaction_graph import EDGE_TYPES, NODE_KINDS, InteractionGraph
-from sgt_core.preprocess.stage import INTERACTION_GRAPH_FILE
+from sgt_core.preprocess.interaction_graph import EDGE_TYPES, INTERACTION_GRAPH_FILE, NODE_KINDS, InteractionGraph
 from sgt_core.schedules import cosine_with_warmup, temperature
 from sgt_core.seeding import seed_everything
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 # Masked slots get a large finite logit rather than -inf, so a row with no valid neighbour yields
@@ -66,12 +67,17 @@ class SampledAttention(nn.Module):
         num_queries, degree = neighbours.shape
         heads, head_dim = self.heads, self.head_dim
         query = self.query(query_x).view(num_queries, heads, head_dim)  # [Q, H, dh]
-        # Project once per key node, then gather: cheaper than projecting Q * deg gathered rows.
-        key = self.key(key_x)[neighbours] * self.edge_scale(neighbour_type)  # [Q, deg, D]
-        key = key.view(num_queries, degree, heads, head_dim)  # [Q, deg, H, dh]
-        value = self.value(key_x)[neighbours].view(num_queries, degree, heads, head_dim)  # [Q, deg, H, dh]
+        # Project once per key node, then gather: cheaper than projecting Q * deg gathered rows; one
+        # index_select for keys and values together (its backward is far cheaper than x[idx]'s).
+        key_value = torch.cat([self.key(key_x), self.value(key_x)], dim=1)  # [K, 2D]
+        key, value = key_value.index_select(0, neighbours.flatten()).split(self.hidden, dim=1)  # [Q*deg, D] x2
+        # Edge-type terms through a one-hot matmul instead of an embedding lookup: a dense backward
+        # rather than an embedding backward that sorts all Q * deg type indices every step.
+        own_type = F.one_hot(neighbour_type.flatten(), self.edge_bias.num_embeddings).to(key.dtype)  # [Q*deg, T]
+        key = (key * (own_type @ self.edge_scale.weight)).view(num_queries, degree, heads, head_dim)  # [Q, deg, H, dh]
+        value = value.view(num_queries, degree, heads, head_dim)  # [Q, deg, H, dh]
         logits = torch.einsum("qhd,qkhd->qkh", query, key) / math.sqrt(head_dim)  # [Q, deg, H]
-        logits = logits + self.edge_bias(neighbour_type)  # [Q, deg, H]
+        logits = logits + (own_type @ self.edge_bias.weight).view(num_queries, degree, heads)  # [Q, deg, H]
         mask = neighbour_mask.unsqueeze(-1)  # [Q, deg, 1]
         attention = torch.softmax(logits.masked_fill(~mask, _MASKED_LOGIT), dim=1) * mask  # [Q, deg, H]
         out = torch.einsum("qkh,qkhd->qhd", attention, value).reshape(num_queries, self.hidden)  # [Q, D]

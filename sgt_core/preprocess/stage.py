@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from sgt_core.data import load_dataset
-from sgt_core.preprocess.interaction_graph import build_interaction_graph
-
-INTERACTION_GRAPH_FILE = "interaction_graph.pt"
+from sgt_core.preprocess.builder import build_interaction_graph
+from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE
 
 
 def run_preprocess(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, float]:

@@ -23,10 +23,11 @@ def sample_neighbours(
 
     Reservoir sampling (Efraimidis & Spirakis 2006; Spexphormer Algorithm 1): with u ~ U(0, 1) per
     candidate edge, the `degree` edges with the largest keys log(u) / a are a weighted sample without
-    replacement with weights a. Instead of one top-k per node, one global sort orders every candidate by
-    (node, key descending); an edge's rank inside its node's segment then says whether it is kept.
-    That is two O(M log M) sorts for M candidates, no padding to the largest neighbourhood, no Python
-    loop over nodes, and it runs unchanged on CUDA.
+    replacement with weights a. The paper makes this GPU-friendly by padding every node's candidates to
+    the largest neighbourhood and taking one top-k; on skewed graphs (a hub with thousands of
+    neighbours) that matrix is huge, so here nodes are grouped by in-degree into power-of-two buckets,
+    each bucket is padded only to its own width (at most 2x its candidates) and gets one batched top-k.
+    That is a Python loop over ~log2(max degree) buckets, never over nodes, and it runs unchanged on CUDA.
 
     Nodes with fewer candidates than `degree` keep all of them and the remaining slots are masked
     (rather than filled by drawing with replacement, as the paper's reference code does): masking keeps
@@ -52,31 +53,36 @@ def sample_neighbours(
         nodes = torch.arange(ptr.numel() - 1, device=device)
     starts = ptr[nodes]  # [Q]
     counts = ptr[nodes + 1] - starts  # [Q]
-    num_queries, num_candidates = nodes.numel(), int(counts.sum())
-    segment_offsets = counts.cumsum(0) - counts  # [Q] first candidate position of each query
-    segment = torch.repeat_interleave(torch.arange(num_queries, device=device), counts)  # [M]
-    position = torch.arange(num_candidates, device=device) - segment_offsets[segment]  # [M] rank in segment
-    candidate_edges = starts[segment] + position  # [M] edge ids
+    edges = torch.full((nodes.numel(), degree), -1, dtype=torch.long, device=device)  # [Q, degree]
 
-    uniform = torch.rand(num_candidates, device=device, generator=generator).clamp_min_(1e-12)  # [M]
-    if method == "reservoir":
-        keys = uniform.log() / scores[candidate_edges]  # [M]; a zero score gives -inf, drawn last
-    elif method == "uniform":
-        keys = uniform
-    else:  # topk: order by score; the random permutation below breaks ties
-        keys = scores[candidate_edges].clone()
-        shuffle = torch.randperm(num_candidates, device=device, generator=generator)
-        keys, candidate_edges, segment = keys[shuffle], candidate_edges[shuffle], segment[shuffle]
-
-    by_key = torch.argsort(keys, descending=True, stable=True)  # [M]
-    by_segment = torch.argsort(segment[by_key], stable=True)  # [M] stable keeps key order within a node
-    order = by_key[by_segment]  # [M] grouped by query, keys descending
-    rank = torch.arange(num_candidates, device=device) - segment_offsets[segment[order]]  # [M]
-    keep = rank < degree
-
-    edges = torch.full((num_queries, degree), -1, dtype=torch.long, device=device)  # [Q, degree]
-    edges[segment[order][keep], rank[keep]] = candidate_edges[order][keep]
+    # bucket b holds the nodes with 2^(b-1) < count <= 2^b candidates
+    bucket = torch.ceil(torch.log2(counts.clamp_min(1).double())).long()  # [Q]
+    order = torch.argsort(bucket)  # [Q]
+    bucket_ids, bucket_sizes = torch.unique_consecutive(bucket[order], return_counts=True)
+    for rows, width_exponent in zip(order.split(bucket_sizes.tolist()), bucket_ids.tolist()):
+        width = 1 << width_exponent
+        columns = torch.arange(width, device=device)  # [w]
+        valid = columns < counts[rows].unsqueeze(1)  # [n_b, w]
+        candidates = torch.where(valid, starts[rows].unsqueeze(1) + columns, 0)  # [n_b, w] edge ids
+        keys = _sampling_keys(scores[candidates], method, generator)  # [n_b, w]
+        keys = keys.masked_fill(~valid, float("-inf"))  # padding ranks below every real candidate
+        picked_keys, picked = keys.topk(min(degree, width), dim=1)  # [n_b, k]
+        picked_edges = candidates.gather(1, picked)  # [n_b, k]
+        picked_edges = picked_edges.masked_fill(~valid.gather(1, picked), -1)
+        edges[rows, : picked.shape[1]] = picked_edges
     return edges, edges >= 0
+
+
+def _sampling_keys(weights: Tensor, method: str, generator: torch.Generator | None) -> Tensor:
+    """Per-candidate keys whose top-k is the sample; real candidates always stay above -inf padding."""
+    uniform = torch.rand(weights.shape, device=weights.device, generator=generator).clamp_min_(1e-12)
+    if method == "uniform":
+        return uniform
+    if method == "topk":  # highest score first; the uniform term only breaks exact ties
+        return weights.double() + uniform.double() * 1e-12
+    # log(u) / a; a zero weight gives -inf, clamped to the lowest finite value so it is drawn last
+    # but still before padding.
+    return (uniform.log() / weights).clamp_min(torch.finfo(weights.dtype).min)
 
 
 def sample_layer(

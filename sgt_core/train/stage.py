@@ -14,8 +14,7 @@ from sgt_core.errors import ConfigError
 from sgt_core.export.scores import SCORES_DIR, read_attention_scores
 from sgt_core.metrics import evaluate, metric_name
 from sgt_core.models import Spexphormer
-from sgt_core.preprocess.interaction_graph import EDGE_TYPES, NODE_KINDS, InteractionGraph
-from sgt_core.preprocess.stage import INTERACTION_GRAPH_FILE
+from sgt_core.preprocess.interaction_graph import EDGE_TYPES, INTERACTION_GRAPH_FILE, NODE_KINDS, InteractionGraph
 from sgt_core.sampling import LayerSampler
 from sgt_core.schedules import cosine_with_warmup
 from sgt_core.seeding import seed_everything

@@ -8,7 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from sgt_core.export.scores import SCHEMA, SCORES_DIR, read_attention_scores, summarise_scores
+from sgt_core.export.scores import SCHEMA, SCORES_DIR, read_attention_scores
+from sgt_core.export.summary import summarise_scores
 from sgt_core.preprocess.interaction_graph import EDGE_TYPES, InteractionGraph
 from tests.stage_runner import run_stages
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch_geometric.data import Data
 
-from sgt_core.preprocess.interaction_graph import EDGE_TYPES, InteractionGraph, build_interaction_graph
+from sgt_core.preprocess.builder import build_interaction_graph
+from sgt_core.preprocess.interaction_graph import EDGE_TYPES, InteractionGraph
 
 
 def path_graph(num_nodes: int) -> Data:

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from sgt_core.models import Spexphormer
-from sgt_core.preprocess.interaction_graph import EDGE_TYPES, NODE_KINDS, build_interaction_graph
+from sgt_core.preprocess.builder import build_interaction_graph
+from sgt_core.preprocess.interaction_graph import EDGE_TYPES, NODE_KINDS
 from sgt_core.sampling import LayerSampler
 from tests.preprocess.test_interaction_graph import path_graph
 

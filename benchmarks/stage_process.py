@@ -1,0 +1,41 @@
+"""Runs one stage in a fresh process and reports its wall time and peak resident memory as JSON.
+
+    python -m benchmarks.stage_process STAGE CONFIG.json OUT_DIR [UPSTREAM=DIR ...]
+
+Only the stage's own module is imported (not the pipeline, Prefect or MLflow), so the peak RSS is what
+the stage itself costs, interpreter and torch included.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+STAGE_FUNCTIONS = {
+    "preprocess": "sgt_core.preprocess.stage:run_preprocess",
+    "estimate": "sgt_core.estimate.stage:run_estimate",
+    "export": "sgt_core.export.stage:run_export",
+    "train": "sgt_core.train.stage:run_train",
+}
+
+
+def main(argv: list[str]) -> None:
+    stage, config_path, out_dir, *upstream = argv
+    module_name, function_name = STAGE_FUNCTIONS[stage].split(":")
+    run = getattr(importlib.import_module(module_name), function_name)
+    cfg = json.loads(Path(config_path).read_text())
+    inputs = {name: Path(path) for name, path in (item.split("=", 1) for item in upstream)}
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    metrics = run(cfg, inputs, Path(out_dir))
+    seconds = time.perf_counter() - started
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+    print(json.dumps({"stage": stage, "seconds": seconds, "peak_rss_mb": peak_mb, "metrics": metrics}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
