@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from sgt_core.errors import ConfigError
-from sgt_core.sampling import SAMPLERS
+from sgt_core.sampling import TRAIN_SAMPLERS
 
 STAGE_NAMES = ("preprocess", "estimate", "export", "train")
 
@@ -73,8 +73,14 @@ def validate_config(cfg: dict) -> None:
         problems.append(f"model.hidden={model['hidden']} is not divisible by model.heads={model['heads']}")
     if cfg["estimator"]["num_layers"] != model["num_layers"]:
         problems.append("estimator.num_layers must equal model.num_layers (one score set per wide layer)")
-    if cfg["train"]["sampler"] not in SAMPLERS:
-        problems.append(f"train.sampler={cfg['train']['sampler']!r}: expected one of {', '.join(SAMPLERS)}")
+    if cfg["train"]["sampler"] not in TRAIN_SAMPLERS:
+        problems.append(f"train.sampler={cfg['train']['sampler']!r}: expected one of {', '.join(TRAIN_SAMPLERS)}")
+    if cfg["train"]["sampler"] == "full" and cfg["train"]["batch_size"] is not None:
+        problems.append("train.sampler=full attends over whole neighbourhoods and needs train.batch_size=null")
+    if cfg["train"]["batch_size"] is not None and cfg["train"]["batch_size"] < 1:
+        problems.append(f"train.batch_size={cfg['train']['batch_size']}: must be null or >= 1")
+    if cfg["train"]["eval_every"] < 1:
+        problems.append(f"train.eval_every={cfg['train']['eval_every']}: must be >= 1")
     if cfg["train"]["device"] not in ("auto", "cpu", "cuda"):
         problems.append(f"train.device={cfg['train']['device']!r}: expected auto, cpu or cuda")
     for section in ("estimator", "train"):

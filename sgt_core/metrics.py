@@ -32,9 +32,21 @@ def roc_auc(scores: Tensor, labels: Tensor) -> float:
     return float((ranks[labels].sum() - positives * (positives + 1) / 2) / (positives * negatives))
 
 
+def accuracy(logits: Tensor, labels: Tensor) -> float:
+    """Share of rows whose highest logit is the label."""
+    return float((logits.detach().argmax(dim=-1).cpu() == labels.cpu()).float().mean())
+
+
+def all_metrics(logits: Tensor, labels: Tensor, num_classes: int) -> dict[str, float]:
+    """The task metric and, for binary tasks, accuracy beside ROC-AUC."""
+    metrics = {metric_name(num_classes): evaluate(logits, labels, num_classes)}
+    metrics.setdefault("accuracy", accuracy(logits, labels))
+    return metrics
+
+
 def evaluate(logits: Tensor, labels: Tensor, num_classes: int) -> float:
     """The task metric of `logits` [M, C] against `labels` [M] (the rows of the nodes being scored)."""
     logits, labels = logits.detach().float().cpu(), labels.cpu()
     if num_classes == 2:
         return roc_auc(logits[:, 1] - logits[:, 0], labels)  # the log-odds orders nodes like P(class 1)
-    return float((logits.argmax(dim=-1) == labels).float().mean())
+    return accuracy(logits, labels)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 
 from torch_geometric.data import Data
 
+from sgt_core.data.long_range import generate_long_range_rings
 from sgt_core.data.minesweeper import generate_minesweeper
 from sgt_core.data.npz import load_npz
 from sgt_core.data.pyg import load_pyg
@@ -17,6 +18,7 @@ LOADERS: dict[str, Callable[..., Data]] = {
     "minesweeper": generate_minesweeper,
     "npz": load_npz,
     "pyg": load_pyg,
+    "long_range": generate_long_range_rings,
 }
 
 

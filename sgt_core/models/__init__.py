@@ -3,6 +3,6 @@
 from sgt_core.models.estimator import AttentionScoreEstimator
 from sgt_core.models.estimator_attention import EstimatorAttention
 from sgt_core.models.sampled_attention import SampledAttention
-from sgt_core.models.spexphormer import SampledLayer, Spexphormer
+from sgt_core.models.spexphormer import FullLayer, SampledLayer, Spexphormer
 
-__all__ = ["AttentionScoreEstimator", "EstimatorAttention", "SampledAttention", "SampledLayer", "Spexphormer"]
+__all__ = ["AttentionScoreEstimator", "EstimatorAttention", "FullLayer", "SampledAttention", "SampledLayer", "Spexphormer"]

@@ -82,3 +82,28 @@ class SampledAttention(nn.Module):
         attention = torch.softmax(logits.masked_fill(~mask, _MASKED_LOGIT), dim=1) * mask  # [Q, deg, H]
         out = torch.einsum("qkh,qkhd->qhd", attention, value).reshape(num_queries, self.hidden)  # [Q, D]
         return self.out(out)
+
+    def forward_full(self, x: Tensor, edge_index: Tensor, edge_type: Tensor, in_degree: Tensor) -> Tensor:
+        """The same attention over every interaction-graph edge: the Exphormer-style baseline (no sampling).
+
+        Sparse, with segment reductions over the destination-sorted edges instead of dense slots.
+
+        Shapes:
+            x [N, D], edge_index [2, E] (src, dst) sorted by dst, edge_type [E], in_degree [N] -> [N, D].
+        """
+        src, dst = edge_index
+        num_edges, heads, head_dim = src.numel(), self.heads, self.head_dim
+        query = self.query(x).index_select(0, dst).view(num_edges, heads, head_dim)  # [E, H, dh]
+        key_value = torch.cat([self.key(x), self.value(x)], dim=1)  # [N, 2D]
+        key, value = key_value.index_select(0, src).split(self.hidden, dim=1)  # [E, D] x2
+        own_type = F.one_hot(edge_type, self.edge_bias.num_embeddings).to(key.dtype)  # [E, T]
+        key = (key * (own_type @ self.edge_scale.weight)).view(num_edges, heads, head_dim)  # [E, H, dh]
+        logits = (query * key).sum(-1) / math.sqrt(head_dim) + own_type @ self.edge_bias.weight  # [E, H]
+        # per-destination max for a stable softmax; a constant per segment, so no gradient through it
+        largest = torch.segment_reduce(logits.detach(), "max", lengths=in_degree)  # [N, H]
+        weights = (logits - largest.index_select(0, dst)).exp()  # [E, H]
+        totals = torch.segment_reduce(weights, "sum", lengths=in_degree)  # [N, H]
+        attention = weights / totals.index_select(0, dst)  # [E, H]
+        messages = attention.unsqueeze(-1) * value.view(num_edges, heads, head_dim)  # [E, H, dh]
+        out = torch.segment_reduce(messages, "sum", lengths=in_degree)  # [N, H, dh]
+        return self.out(out.reshape(x.shape[0], self.hidden))

@@ -30,6 +30,21 @@ class SampledLayer:
         return SampledLayer(*(t.to(device) for t in (self.queries, self.neighbours, self.neighbour_type, self.neighbour_mask)))
 
 
+@dataclass(frozen=True)
+class FullLayer:
+    """The whole interaction graph as one layer's pattern (the Exphormer-style baseline, no sampling).
+
+    Attributes:
+        edge_index: int64 [2, E] (src, dst) sorted by dst.
+        edge_type: int64 [E].
+        in_degree: int64 [N] incoming edges per node.
+    """
+
+    edge_index: Tensor
+    edge_type: Tensor
+    in_degree: Tensor
+
+
 class SpexphormerLayer(nn.Module):
     """Sampled attention and a feed-forward block, each with dropout, a residual and batch norm."""
 
@@ -44,9 +59,13 @@ class SpexphormerLayer(nn.Module):
         self.norm_attention = nn.BatchNorm1d(hidden)
         self.norm_feed_forward = nn.BatchNorm1d(hidden)
 
-    def forward(self, h: Tensor, layer: SampledLayer) -> Tensor:
-        query_h = h[layer.queries]  # [Q, D]
-        attended = self.attention(query_h, h, layer.neighbours, layer.neighbour_type, layer.neighbour_mask)
+    def forward(self, h: Tensor, layer: SampledLayer | FullLayer) -> Tensor:
+        if isinstance(layer, FullLayer):
+            query_h = h  # [N, D]
+            attended = self.attention.forward_full(h, layer.edge_index, layer.edge_type, layer.in_degree)
+        else:
+            query_h = h[layer.queries]  # [Q, D]
+            attended = self.attention(query_h, h, layer.neighbours, layer.neighbour_type, layer.neighbour_mask)
         h = self.norm_attention(query_h + self.dropout(attended))  # [Q, D]
         return self.norm_feed_forward(h + self.dropout(self.feed_forward(h)))  # [Q, D]
 
@@ -88,7 +107,7 @@ class Spexphormer(nn.Module):
         )
         self.head = nn.Linear(hidden, num_classes)
 
-    def forward(self, x: Tensor, node_kind: Tensor, layers: list[SampledLayer]) -> Tensor:
+    def forward(self, x: Tensor, node_kind: Tensor, layers: list[SampledLayer | FullLayer]) -> Tensor:
         if len(layers) != len(self.layers):
             raise ValueError(f"expected {len(self.layers)} sampled layers, got {len(layers)}")
         h = self.encoder(x) + self.node_kind_embedding(node_kind)  # [N0, D]

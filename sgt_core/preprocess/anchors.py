@@ -133,7 +133,11 @@ def receptive_field_edges(
     subset drawn from ``generator``. Closer nodes are kept because the local structure is what the k-hop
     part is for; sampling the boundary shell at random avoids a bias towards low node ids.
 
-    Output arrays are sorted by (dst, src). Memory is O(N * A) for the anchor edges, as in AnchorGT.
+    Cost: one BFS per anchor (limited to ``max_spd`` hops) and O(N * A) memory for the anchor edges, as in
+    AnchorGT; the k-hop search is a row-chunked sparse BFS costing O(sum_v |N_k(v)|). With a cap, a
+    destination's search stops after the shell that fills it, but that shell is enumerated in full (to
+    sample it uniformly), so at k = 2 the cap bounds the output, not the work. Output arrays are sorted
+    by (dst, src), and the result is deterministic given ``generator``'s state.
 
     Args:
         edge_index: int [2, E] (src, dst) pairs, read as undirected edges.
@@ -149,9 +153,9 @@ def receptive_field_edges(
             ``anchor_edge_index`` int64 [2, E_a], ``anchor_spd`` int64 [E_a] (2 .. max_spd),
             ``khop_edge_index`` int64 [2, E_k], ``khop_spd`` int64 [E_k] (2 .. k),
             ``stats``: ``num_anchors``, ``num_anchor_edges``, ``num_khop_edges``,
-            ``num_khop_edges_uncapped``, ``num_capped_nodes`` (destinations that lost k-hop edges),
-            ``mean_khop_per_node``, ``num_uncovered_nodes`` (nodes farther than k from every anchor:
-            0 for a k-dominating set).
+            ``num_khop_saturated_nodes`` (destinations holding exactly ``max_khop_per_node`` >= 1 k-hop
+            edges; 0 without a cap), ``mean_khop_per_node``, ``num_uncovered_nodes`` (nodes farther than
+            k from every anchor: 0 for a k-dominating set).
 
     Raises:
         ConfigError: bad k, max_spd or cap, or a cap without a generator.
@@ -178,14 +182,13 @@ def receptive_field_edges(
     anchor_edge_index, anchor_spd, min_anchor_spd = _anchor_edges(adj, anchors, max_spd)
     is_anchor = np.zeros(n, dtype=bool)
     is_anchor[anchors] = True
-    khop_edge_index, khop_spd, uncapped, capped_nodes = _khop_edges(adj, k, is_anchor, cap, generator)
+    khop_edge_index, khop_spd, saturated = _khop_edges(adj, k, is_anchor, cap, generator)
 
     stats = {
         "num_anchors": int(anchors.size),
         "num_anchor_edges": int(anchor_spd.size),
         "num_khop_edges": int(khop_spd.size),
-        "num_khop_edges_uncapped": int(uncapped),
-        "num_capped_nodes": int(capped_nodes),
+        "num_khop_saturated_nodes": saturated,
         "mean_khop_per_node": khop_spd.size / n if n else 0.0,
         "num_uncovered_nodes": int(np.count_nonzero(min_anchor_spd > k)),
     }
@@ -201,7 +204,7 @@ def receptive_field_edges(
 def _anchor_edges(
     adj: sp.csr_matrix, anchors: np.ndarray, max_spd: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Anchor edges sorted by (dst, src), their capped SPDs, and each node's distance to its nearest anchor."""
+    """Anchor edges sorted by (dst, src), their capped SPDs, and every node's SPD to its nearest anchor."""
     n = adj.shape[0]
     anchors = np.sort(anchors)
     spd = np.empty((n, anchors.size), dtype=np.int16)  # [n, A]: spd[v, j] = min(SPD(anchors[j], v), max_spd)
@@ -224,29 +227,31 @@ def _khop_edges(
     is_anchor: np.ndarray,
     cap: int | None,
     generator: np.random.Generator | None,
-) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """k-hop edges (src=u, dst=v), 2 <= SPD <= k, u not an anchor; capped per dst; sorted by (dst, src)."""
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """k-hop edges (src=u, dst=v), 2 <= SPD <= k, u not an anchor; capped per dst; sorted by (dst, src).
+
+    Also returns how many destinations hold exactly `cap` k-hop edges (0 without a cap).
+    """
     dst_parts, src_parts, spd_parts = [], [], []
-    uncapped = capped_nodes = 0
+    saturated = 0
     for start, stop in _khop_chunks(adj, k):
-        dst, src, spd = _khop_pairs(adj, start, stop, k, is_anchor)
-        uncapped += spd.size
+        dst, src, spd = _khop_pairs(adj, start, stop, k, is_anchor, cap)
         if cap is not None and spd.size:
             # Per destination: sort by hop distance with a random key inside each shell, keep the first `cap`.
             order = np.lexsort((generator.random(spd.size), spd, dst))
             dst, src, spd = dst[order], src[order], spd[order]
             rank = np.arange(dst.size) - np.searchsorted(dst, dst)  # position inside the destination's run
             keep = rank < cap
-            capped_nodes += np.unique(dst[~keep]).size
+            saturated += int(np.count_nonzero(rank == cap - 1))
             dst, src, spd = dst[keep], src[keep], spd[keep]
         order = np.lexsort((src, dst))
         dst_parts.append(dst[order])
         src_parts.append(src[order])
         spd_parts.append(spd[order])
     if not dst_parts:
-        return np.empty((2, 0), dtype=np.int64), np.empty(0, dtype=np.int64), 0, 0
+        return np.empty((2, 0), dtype=np.int64), np.empty(0, dtype=np.int64), 0
     edge_index = np.stack([np.concatenate(src_parts), np.concatenate(dst_parts)])  # [2, E_k]
-    return edge_index, np.concatenate(spd_parts), uncapped, capped_nodes
+    return edge_index, np.concatenate(spd_parts), saturated
 
 
 def _khop_chunks(adj: sp.csr_matrix, k: int) -> list[tuple[int, int]]:
@@ -271,11 +276,17 @@ def _khop_chunks(adj: sp.csr_matrix, k: int) -> list[tuple[int, int]]:
 
 
 def _khop_pairs(
-    adj: sp.csr_matrix, start: int, stop: int, k: int, is_anchor: np.ndarray
+    adj: sp.csr_matrix, start: int, stop: int, k: int, is_anchor: np.ndarray, cap: int | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(dst, src, spd) for dst in [start, stop): level-synchronous BFS as sparse row-block products."""
+    """(dst, src, spd) for dst in [start, stop): level-synchronous BFS as sparse row-block products.
+
+    With a cap, a destination's search stops after the first shell that brings it to `cap` pairs: every
+    shell it would still reach is farther, so the cap would drop it anyway. The pairs of that last shell
+    are all returned; the caller picks the random subset.
+    """
     n = adj.shape[0]
     rows = stop - start
+    found = np.zeros(rows, dtype=np.int64)  # [rows] pairs collected per destination
     reached = sp.csr_matrix(
         (np.ones(rows, dtype=adj.dtype), (np.arange(rows), np.arange(start, stop))), shape=(rows, n)
     )  # [rows, n]: nodes within d hops of each destination
@@ -293,9 +304,15 @@ def _khop_pairs(
         if hop >= 2:
             pairs = new.tocoo()
             keep = ~is_anchor[pairs.col]
-            dst_parts.append(pairs.row[keep].astype(np.int64) + start)
+            row = pairs.row[keep].astype(np.int64)
+            dst_parts.append(row + start)
             src_parts.append(pairs.col[keep].astype(np.int64))
-            spd_parts.append(np.full(int(np.count_nonzero(keep)), hop, dtype=np.int64))
+            spd_parts.append(np.full(row.size, hop, dtype=np.int64))
+            if cap is not None and hop < k:
+                # Nearest-first: a destination with `cap` pairs already never keeps a farther one, so its
+                # BFS stops here (this is what keeps k >= 3 affordable on graphs with hubs).
+                found += np.bincount(row, minlength=rows)
+                frontier = sp.diags((found < cap).astype(adj.dtype)) @ frontier
     if not dst_parts:
         empty = np.empty(0, dtype=np.int64)
         return empty, empty, empty

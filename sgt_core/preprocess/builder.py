@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse
+import scipy.sparse.csgraph
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
@@ -20,6 +22,7 @@ def build_interaction_graph(
     expander_max_tries: int,
     virtual_nodes: int,
     seed: int,
+    per_component: bool = False,
 ) -> InteractionGraph:
     """Builds H = graph edges + self-loops + expander + virtual nodes, each edge tagged with its type.
 
@@ -37,6 +40,7 @@ def build_interaction_graph(
         expander_max_tries: expanders generated before giving up.
         virtual_nodes: number of virtual nodes, each joined both ways to every real node.
         seed: seeds the expander.
+        per_component: build one expander inside each connected component instead of one across all nodes.
     """
     num_real = graph.num_nodes
     num_total = num_real + virtual_nodes
@@ -49,20 +53,12 @@ def build_interaction_graph(
         blocks.append((torch.stack([loop, loop]), EDGE_TYPES.index("self")))
 
     if expander_degree:
-        expander = hamiltonian_expander(
-            num_real,
-            expander_degree,
-            generator=np.random.default_rng(seed),
-            forbidden_edge_index=graph_edges.numpy(),
-            ramanujan_slack=ramanujan_slack,
-            max_tries=expander_max_tries,
+        expander_edges, expander_stats = _expander_edges(
+            graph_edges.numpy(), num_real, expander_degree, ramanujan_slack, expander_max_tries,
+            per_component, np.random.default_rng(seed),
         )
-        blocks.append((torch.from_numpy(expander.edge_index), EDGE_TYPES.index("expander")))
-        stats.update(
-            expander_second_eigenvalue=expander.second_eigenvalue,
-            expander_bound=expander.bound,
-            expander_tries=expander.tries,
-        )
+        blocks.append((torch.from_numpy(expander_edges), EDGE_TYPES.index("expander")))
+        stats.update(expander_stats)
 
     if virtual_nodes:
         real = torch.arange(num_real).repeat(virtual_nodes)  # [V * n]
@@ -105,3 +101,39 @@ def build_interaction_graph(
         num_classes=int(graph.num_classes),
         stats=stats,
     )
+
+
+def _expander_edges(
+    graph_edges: np.ndarray,
+    num_nodes: int,
+    degree: int,
+    ramanujan_slack: float,
+    max_tries: int,
+    per_component: bool,
+    generator: np.random.Generator,
+) -> tuple[np.ndarray, dict]:
+    """The expander's edges [2, n*d], across all nodes or inside each connected component."""
+    if not per_component:
+        expander = hamiltonian_expander(num_nodes, degree, generator=generator, forbidden_edge_index=graph_edges,
+                                        ramanujan_slack=ramanujan_slack, max_tries=max_tries)
+        return expander.edge_index, {"expander_second_eigenvalue": expander.second_eigenvalue,
+                                     "expander_bound": expander.bound, "expander_tries": expander.tries}
+    adjacency = scipy.sparse.coo_matrix(
+        (np.ones(graph_edges.shape[1]), (graph_edges[0], graph_edges[1])), shape=(num_nodes, num_nodes)
+    )
+    num_components, component = scipy.sparse.csgraph.connected_components(adjacency, directed=False)
+    order = np.argsort(component, kind="stable")  # nodes grouped by component
+    sizes = np.bincount(component, minlength=num_components)
+    blocks, worst, bound = [], 0.0, float("nan")
+    # A loop over components (each gets its own expander), never over nodes.
+    for members in np.split(order, np.cumsum(sizes)[:-1]):
+        local = np.full(num_nodes, -1)
+        local[members] = np.arange(members.size)
+        inside = (local[graph_edges[0]] >= 0) & (local[graph_edges[1]] >= 0)
+        expander = hamiltonian_expander(members.size, degree, generator=generator,
+                                        forbidden_edge_index=local[graph_edges[:, inside]],
+                                        ramanujan_slack=ramanujan_slack, max_tries=max_tries)
+        blocks.append(members[expander.edge_index])
+        worst, bound = max(worst, expander.second_eigenvalue), expander.bound
+    return np.concatenate(blocks, axis=1), {"expander_second_eigenvalue": worst, "expander_bound": bound,
+                                            "expander_components": num_components}

@@ -11,7 +11,8 @@ Which Laplacian: the symmetric normalised one,
 as in SAN. Its spectrum lies in [0, 2] whatever the degrees, so the eigenvalue half of each LPE token has
 the same scale on every graph; the combinatorial Laplacian D - A would scale with the largest degree.
 An isolated node gets L_uu = 0 (not 1, as some libraries use), so the multiplicity of eigenvalue 0 is
-exactly the number of connected components, isolated nodes included.
+exactly the number of connected components, isolated nodes included. On a graph with at least m
+components (Cora has 78) all m pairs therefore have λ = 0 and describe only component membership.
 """
 
 from __future__ import annotations
@@ -33,6 +34,15 @@ DENSE_MAX_NODES = 2000
 # Shift-invert around -SHIFT: L + SHIFT*I is positive definite, and the lowest eigenvalues of L become the
 # largest, well separated eigenvalues 1 / (λ + SHIFT) of the inverse.
 _SHIFT = 1e-3
+# Shift-invert only when the LU fill is bounded by this many entries (about 12 bytes each, L and U).
+_SHIFT_INVERT_MAX_FILL = 20_000_000
+# Lanczos on 2I - L: residual tolerance relative to 2 - λ (loose tolerances miss repeated eigenvalues).
+_LANCZOS_TOL = 1e-8
+# Krylov basis size at least, and spare eigenpairs requested beyond the wanted ones.
+_LANCZOS_NCV = 128
+_EXTRA_PAIRS = 8
+# Entries this close to an eigenvector's largest magnitude count as tied for the sign convention.
+_SIGN_TIE_TOL = 1e-6
 # Seed of the fixed ARPACK start vector (determinism).
 _V0_SEED = 0
 
@@ -45,13 +55,14 @@ def laplacian_eigenpairs(
     Solvers: ``scipy.linalg.eigh`` on the dense matrix when ``num_nodes <= dense_max_nodes`` (or when m
     is nearly n); otherwise the null space is written down directly (per connected component C, the unit
     vector proportional to D^{1/2} 1_C) and the lowest non-zero eigenpairs come from ARPACK (``eigsh``)
-    in shift-invert mode, restricted to the orthogonal complement of that null space. Deflating the null
-    space this way stays correct for graphs with many components, where a Krylov solver would miss
-    copies of the highly repeated eigenvalue 0.
+    restricted to the orthogonal complement of that null space: shift-invert when a sparse LU is cheap
+    (mesh-like graphs), Lanczos on 2I - L otherwise (see ``_sparse_lowest``). Deflating the null space
+    this way stays correct for graphs with many components, where a Krylov solver would miss copies of
+    the highly repeated eigenvalue 0.
 
-    Each eigenvector's sign is fixed by making its largest-magnitude entry positive (a convention only:
-    the LPE flips signs at random during training). Bases of repeated eigenvalues are arbitrary but
-    deterministic. The ARPACK start vector is fixed, so results are deterministic.
+    Each eigenvector's sign is fixed by making its largest-magnitude entry positive, the lowest node id
+    winning ties (a convention only: the LPE flips signs at random during training). Bases of repeated
+    eigenvalues are arbitrary; the ARPACK start vector is fixed, so results are deterministic.
 
     Args:
         edge_index: int [2, E] (src, dst) pairs, read as undirected unweighted edges; self-loops ignored.
@@ -84,8 +95,11 @@ def laplacian_eigenpairs(
     values = np.clip(values, 0.0, 2.0)
 
     if r:
-        # Sign convention: the largest-magnitude entry of every eigenvector is positive.
-        peak = vectors[np.argmax(np.abs(vectors), axis=0), np.arange(r)]  # [r]
+        # Sign convention: the first entry whose magnitude ties the largest (within a tolerance, since
+        # symmetric graphs give exact ties that round-off would otherwise break arbitrarily) is positive.
+        magnitude = np.abs(vectors)  # [n, r]
+        first = np.argmax(magnitude >= magnitude.max(axis=0) - _SIGN_TIE_TOL, axis=0)  # [r]
+        peak = vectors[first, np.arange(r)]  # [r]
         vectors = vectors * np.where(peak < 0, -1.0, 1.0)
 
     eigenvalues = np.zeros((n, m), dtype=np.float32)
@@ -102,7 +116,9 @@ def normalized_laplacian(edge_index: np.ndarray, num_nodes: int) -> sp.csr_matri
     return _laplacian_and_degree(edge_index, num_nodes, "normalized_laplacian")[0]
 
 
-def _laplacian_and_degree(edge_index: np.ndarray, num_nodes: int, where: str) -> tuple[sp.csr_matrix, np.ndarray]:
+def _laplacian_and_degree(
+    edge_index: np.ndarray, num_nodes: int, where: str
+) -> tuple[sp.csr_matrix, np.ndarray]:
     """The normalised Laplacian and the degrees (distinct neighbours, float64 [n]), after validation."""
     n = operator.index(num_nodes)
     if n < 0:
@@ -132,34 +148,74 @@ def _laplacian_and_degree(edge_index: np.ndarray, num_nodes: int, where: str) ->
 
 
 def _sparse_lowest(lap: sp.csr_matrix, degree: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray]:
-    """Lowest r eigenpairs of a large normalised Laplacian: exact null space + deflated shift-invert ARPACK."""
+    """Lowest r eigenpairs of a large normalised Laplacian: exact null space, then deflated ARPACK.
+
+    The non-zero part is computed on the orthogonal complement of the null space (P: the projector onto
+    it), by one of two ARPACK modes chosen from the graph's shape:
+
+    - shift-invert, the top eigenvectors of P (L + shift I)^{-1} P, when a sparse LU of L + shift I is
+      cheap. Nodes are put in reverse Cuthill-McKee order and factorised without further reordering, so
+      the fill stays inside the envelope (profile) of that order, which is computed first and must fit
+      ``_SHIFT_INVERT_MAX_FILL``. This is the mesh-like case (grids, roads, long paths), whose tiny
+      spectral gaps make plain Lanczos crawl while shift-invert converges in a few steps.
+    - Lanczos on P (2I - L) P, whose largest eigenvalues 2 - λ are L's lowest non-zero ones, otherwise.
+      It needs only products with L (memory O(n * ncv)); this is the expander-like case (social, citation,
+      random graphs), whose wide envelope would make the LU fill up, and whose large gaps make Lanczos fast.
+
+    Both ask for spare eigenpairs and keep the lowest, since a Krylov method can converge before picking up
+    a second copy of a repeated eigenvalue.
+    """
     n = lap.shape[0]
     null = _null_space(lap, degree)  # [n, c] sparse, orthonormal columns
     c = null.shape[1]
     if c >= r:
         return np.zeros(r), null[:, :r].toarray()
-
-    solve = spla.factorized((lap + _SHIFT * sp.eye(n)).tocsc())  # (L + shift I)^{-1} via sparse LU
     null_t = null.T.tocsr()
 
     def project(x: np.ndarray) -> np.ndarray:
-        return x - null @ (null_t @ x)  # remove the null-space component
+        return x - null @ (null_t @ x)  # remove the null-space component; L commutes with this projector
 
-    def matvec(x: np.ndarray) -> np.ndarray:
-        # P (L + shift I)^{-1} P: L commutes with P, so on range(P) its top eigenvectors are L's lowest
-        # non-null eigenvectors, and the null space is mapped to 0.
-        return project(solve(project(np.asarray(x).ravel())))
-
-    inverse = spla.LinearOperator((n, n), matvec=matvec, dtype=np.float64)
     v0 = project(np.random.default_rng(_V0_SEED).standard_normal(n))
-    _, vectors = spla.eigsh(inverse, k=r - c, which="LA", v0=v0)
+    wanted = min(r - c + max(r - c, _EXTRA_PAIRS), n - c - 1)
+    ncv = min(n, max(2 * wanted + 1, _LANCZOS_NCV))
+
+    perm = csgraph.reverse_cuthill_mckee(lap, symmetric_mode=True).astype(np.int64)  # [n]
+    shifted = (lap + _SHIFT * sp.eye(n))[perm][:, perm].tocsc()  # [n, n], nodes in RCM order
+    if _envelope_size(shifted) <= _SHIFT_INVERT_MAX_FILL:
+        # L + shift I is positive definite: diagonal pivots need no row exchanges, so no fill outside
+        # the envelope.
+        lu = spla.splu(shifted, permc_spec="NATURAL", diag_pivot_thresh=0.0, options={"SymmetricMode": True})
+
+        def solve(x: np.ndarray) -> np.ndarray:
+            out = np.empty_like(x)
+            out[perm] = lu.solve(x[perm])
+            return out
+
+        # On range(P) the top eigenvectors of P (L + shift I)^{-1} P are L's lowest non-null ones.
+        operator_ = spla.LinearOperator(
+            (n, n), matvec=lambda x: project(solve(project(x.ravel()))), dtype=np.float64
+        )
+        _, vectors = spla.eigsh(operator_, k=wanted, which="LA", v0=v0, ncv=ncv)
+    else:
+        operator_ = spla.LinearOperator(
+            (n, n), matvec=lambda x: project(2.0 * x.ravel() - lap @ project(x.ravel())), dtype=np.float64
+        )
+        _, vectors = spla.eigsh(operator_, k=wanted, which="LA", v0=v0, ncv=ncv, tol=_LANCZOS_TOL)
     vectors = project(vectors)
     vectors /= np.linalg.norm(vectors, axis=0, keepdims=True)
-    values = np.einsum("ij,ij->j", vectors, lap @ vectors)  # Rayleigh quotients, more exact than 1/θ - shift
-    order = np.argsort(values, kind="stable")
+    values = np.einsum("ij,ij->j", vectors, lap @ vectors)  # Rayleigh quotients
+    order = np.argsort(values, kind="stable")[: r - c]
     values = np.concatenate([np.zeros(c), values[order]])
     vectors = np.concatenate([null.toarray(), vectors[:, order]], axis=1)
     return values, vectors
+
+
+def _envelope_size(matrix: sp.csc_matrix) -> int:
+    """Entries in the lower envelope of a structurally symmetric matrix: sum over rows i of i - min j + 1."""
+    coo = matrix.tocoo()
+    first = np.arange(matrix.shape[0])  # [n] leftmost column of each row, the diagonal at worst
+    np.minimum.at(first, coo.row, coo.col)
+    return int((np.arange(matrix.shape[0]) - first).sum()) + matrix.shape[0]
 
 
 def _null_space(lap: sp.csr_matrix, degree: np.ndarray) -> sp.csr_matrix:

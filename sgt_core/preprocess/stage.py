@@ -22,6 +22,7 @@ def run_preprocess(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[st
         expander_max_tries=expander["max_tries"],
         virtual_nodes=options["virtual_nodes"],
         seed=cfg["seed"],
+        per_component=expander["per_component"],
     )
     interaction_graph.save(out_dir / INTERACTION_GRAPH_FILE)
     return {

@@ -2,6 +2,7 @@
 
 from sgt_core.sampling.reservoir import (
     SAMPLERS,
+    TRAIN_SAMPLERS,
     LayerSampler,
     sample_batch_layers,
     sample_full_graph_layers,
@@ -9,4 +10,4 @@ from sgt_core.sampling.reservoir import (
     sample_neighbours,
 )
 
-__all__ = ["SAMPLERS", "LayerSampler", "sample_batch_layers", "sample_full_graph_layers", "sample_layer", "sample_neighbours"]
+__all__ = ["SAMPLERS", "TRAIN_SAMPLERS", "LayerSampler", "sample_batch_layers", "sample_full_graph_layers", "sample_layer", "sample_neighbours"]

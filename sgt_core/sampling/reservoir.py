@@ -5,9 +5,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from sgt_core.models.spexphormer import SampledLayer
+from sgt_core.models.spexphormer import FullLayer, SampledLayer
 
 SAMPLERS = ("reservoir", "uniform", "topk")
+# "full" skips sampling: every layer attends over the whole interaction graph (Exphormer-style baseline)
+TRAIN_SAMPLERS = (*SAMPLERS, "full")
 
 
 def sample_neighbours(
@@ -190,7 +192,10 @@ class LayerSampler:
         self.edge_index, self.edge_type, self.ptr = edge_index, edge_type, ptr
         self.layer_scores, self.degrees, self.method, self.generator = layer_scores, list(degrees), method, generator
 
-    def full(self) -> list[SampledLayer]:
+    def full(self) -> list[SampledLayer | FullLayer]:
+        if self.method == "full":
+            in_degree = self.ptr.diff()
+            return [FullLayer(self.edge_index, self.edge_type, in_degree)] * len(self.degrees)
         return sample_full_graph_layers(self.edge_index, self.edge_type, self.ptr, self.layer_scores,
                                         self.degrees, method=self.method, generator=self.generator)
 

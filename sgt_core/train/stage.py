@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from sgt_core.errors import ConfigError
 from sgt_core.export.scores import SCORES_DIR, read_attention_scores
-from sgt_core.metrics import evaluate, metric_name
+from sgt_core.metrics import all_metrics, evaluate, metric_name
 from sgt_core.models import Spexphormer
 from sgt_core.preprocess.interaction_graph import EDGE_TYPES, INTERACTION_GRAPH_FILE, NODE_KINDS, InteractionGraph
 from sgt_core.sampling import LayerSampler
@@ -90,7 +90,7 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
         optimizer.step()
         return loss.item()
 
-    best = {"epoch": -1, "val": float("-inf"), "test": float("nan"), "state": None}
+    best = {"epoch": -1, "val": float("-inf"), "scores": {}, "state": None}
     history, started = [], time.perf_counter()
     for epoch in range(options["epochs"]):
         model.train()
@@ -113,7 +113,10 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
                 best = {
                     "epoch": epoch,
                     "val": val,
-                    "test": evaluate(test_logits, y[test_nodes], graph.num_classes),
+                    "scores": {
+                        **{f"val_{k}": v for k, v in all_metrics(val_logits, y[val_nodes], graph.num_classes).items()},
+                        **{f"test_{k}": v for k, v in all_metrics(test_logits, y[test_nodes], graph.num_classes).items()},
+                    },
                     "state": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
                 }
             if epoch % 10 == 0 or epoch == options["epochs"] - 1:
@@ -126,8 +129,7 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
     (out_dir / HISTORY_FILE).write_text(json.dumps(history))
     return {
         "best_epoch": best["epoch"],
-        f"val_{metric}": best["val"],
-        f"test_{metric}": best["test"],
+        **best["scores"],
         "seconds": seconds,
         "seconds_per_epoch": seconds / max(1, options["epochs"]),
         "device": str(device),

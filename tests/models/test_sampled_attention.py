@@ -65,3 +65,23 @@ def test_spexphormer_maps_layers_down_to_queries():
                      torch.ones(2, 2, dtype=torch.bool)),
     ]
     assert model(x, kind, layers).shape == (2, 4)
+
+
+def test_full_graph_attention_equals_dense_attention_over_every_neighbour():
+    torch.manual_seed(3)
+    attention = SampledAttention(hidden=8, heads=2, num_edge_types=3)
+    with torch.no_grad():
+        attention.edge_scale.weight.normal_()
+        attention.edge_bias.weight.normal_()
+    # destination-sorted edges; node 2 has one in-edge, node 0 three
+    edge_index = torch.tensor([[1, 2, 3, 0, 3, 0, 1, 2], [0, 0, 0, 1, 1, 2, 3, 3]])
+    edge_type = torch.tensor([0, 1, 2, 1, 0, 2, 1, 0])
+    x = torch.randn(4, 8) * 3
+    in_degree = torch.bincount(edge_index[1], minlength=4)
+    full = attention.forward_full(x, edge_index, edge_type, in_degree)
+    # the same neighbourhoods as dense padded slots
+    neighbours = torch.tensor([[1, 2, 3], [0, 3, 0], [0, 0, 0], [1, 2, 0]])
+    types = torch.tensor([[0, 1, 2], [1, 0, 0], [2, 0, 0], [1, 0, 0]])
+    mask = torch.tensor([[True, True, True], [True, True, False], [True, False, False], [True, True, False]])
+    dense = attention(x, x, neighbours, types, mask)
+    assert torch.allclose(full, dense, atol=1e-5)

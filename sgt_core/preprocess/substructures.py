@@ -1,0 +1,864 @@
+"""Substructure tokens (DeepGraph, Zhao et al., ICLR 2023): vocabulary matching, coverage-balanced
+sampling, token edges and the DFS-ordered adjacency encoding.
+
+DeepGraph adds one token per sampled substructure and lets it attend only to its member nodes. This module
+builds everything on the data side of that idea, as plain NumPy:
+
+1. `match_substructures` finds the instances of a fixed vocabulary (`SUBSTRUCTURE_TYPES`, DeepGraph
+   Appendix C): induced cycles of 3..8 nodes, induced stars with 2..6 leaves, induced paths of 4..8 nodes,
+   capped 2-hop neighbourhoods and 10-step random-walk neighbourhoods.
+2. `coverage_balanced_sample` picks a subset that covers every node about `threshold` times while using
+   the types evenly (Appendix D).
+3. `substructure_token_edges` turns the picked instances into token nodes joined to their members.
+4. `dfs_adjacency_encodings` gives each token its input feature: the instance's induced adjacency matrix
+   written in a degree-ordered depth-first order (Appendix E), padded and flattened.
+
+Every geometric type is matched as an *induced* subgraph, so an instance is exactly determined by its
+node set: the set of nodes of an induced cycle, star or path admits only one such shape. That is what
+makes "canonicalise by the sorted node tuple" exact: a cycle found from each of its rotations and
+directions, or a path found from both ends, is one instance. (A non-induced match would conflate e.g.
+the three different 4-cycles on the nodes of a K4.) Consequences worth knowing: a 6-cycle with a chord
+counts as two smaller cycles, not as a 6-cycle; a triangle is no 2-leaf star.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from sgt_core.errors import ConfigError, DatasetError
+
+__all__ = [
+    "CYCLE_SIZES",
+    "DEFAULT_SUBSTRUCTURE_CAPS",
+    "PATH_SIZES",
+    "STAR_LEAVES",
+    "SUBSTRUCTURE_TYPES",
+    "Substructures",
+    "coverage_balanced_sample",
+    "dfs_adjacency_encoding",
+    "dfs_adjacency_encodings",
+    "dfs_order",
+    "match_substructures",
+    "substructure_token_edges",
+]
+
+CYCLE_SIZES: tuple[int, ...] = tuple(range(3, 9))  # nodes on the cycle
+STAR_LEAVES: tuple[int, ...] = tuple(range(2, 7))  # leaves around the centre (leaves + 1 nodes)
+PATH_SIZES: tuple[int, ...] = tuple(range(4, 9))  # nodes on the path
+# Type ids are global and fixed, so a type embedding means the same thing for every graph.
+SUBSTRUCTURE_TYPES: tuple[str, ...] = (
+    *(f"cycle_{k}" for k in CYCLE_SIZES),
+    *(f"star_{k}" for k in STAR_LEAVES),
+    *(f"path_{k}" for k in PATH_SIZES),
+    "hop2",
+    "random_walk",
+)
+_TYPE_ID = {name: i for i, name in enumerate(SUBSTRUCTURE_TYPES)}
+
+# Caps (maximum instances per type); a type missing from the mapping, or with cap 0, is off; None means
+# "all of them". Geometric types are capped at 1000 each (matching takes ~2 s on a 10^4-node king grid);
+# hop2 and random_walk keep one instance per node (vectorised, cheap up to ~10^6 nodes), which puts every
+# node in at least two candidates, so coverage sampling can always reach threshold 2.
+DEFAULT_SUBSTRUCTURE_CAPS: dict[str, int | None] = {name: 1000 for name in SUBSTRUCTURE_TYPES} | {
+    "hop2": None,
+    "random_walk": None,
+}
+
+# Per-root instance limit = ceil(_ROOT_OVERSAMPLE * cap / num_nodes): spreads capped samples over the graph.
+_ROOT_OVERSAMPLE = 2.0
+
+
+@dataclass(frozen=True, eq=False)
+class Substructures:
+    """Substructure instances in columnar (CSR) form.
+
+    Instance i has member nodes ``members[ptr[i]:ptr[i + 1]]`` (distinct, ascending) and type
+    ``SUBSTRUCTURE_TYPES[type_id[i]]``.
+
+    Attributes:
+        members: int64 [M], the member node ids of all instances back to back.
+        ptr: int64 [S + 1], instance boundaries in ``members``.
+        type_id: int64 [S], index into ``SUBSTRUCTURE_TYPES``.
+    """
+
+    members: np.ndarray
+    ptr: np.ndarray
+    type_id: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.type_id.shape[0])
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """int64 [S]: member count of each instance."""
+        return np.diff(self.ptr)
+
+    @property
+    def instance_of_member(self) -> np.ndarray:
+        """int64 [M]: the instance each entry of ``members`` belongs to."""
+        return np.repeat(np.arange(len(self), dtype=np.int64), self.sizes)
+
+    def instance(self, i: int) -> np.ndarray:
+        """int64 [size_i]: the members of instance i."""
+        return self.members[self.ptr[i] : self.ptr[i + 1]]
+
+    def type_counts(self) -> dict[str, int]:
+        counts = np.bincount(self.type_id, minlength=len(SUBSTRUCTURE_TYPES))
+        return {name: int(c) for name, c in zip(SUBSTRUCTURE_TYPES, counts)}
+
+    def select(self, indices: np.ndarray) -> Substructures:
+        """A new `Substructures` holding the given instances, in the given order."""
+        idx = np.asarray(indices, dtype=np.int64)
+        sizes = self.sizes[idx]
+        ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        # Gather the CSR segments of the chosen instances: flat positions start[i] + 0..size_i-1.
+        offsets = np.arange(int(ptr[-1]), dtype=np.int64) - np.repeat(ptr[:-1], sizes)  # [M']
+        members = self.members[np.repeat(self.ptr[idx], sizes) + offsets]  # [M']
+        return Substructures(members=members, ptr=ptr, type_id=self.type_id[idx].copy())
+
+    @classmethod
+    def from_lists(cls, instances: list, type_ids: list[int] | np.ndarray) -> Substructures:
+        """Builds from a list of node collections (deduplicated and sorted per instance) and their types."""
+        arrays = [np.unique(np.asarray(m, dtype=np.int64)) for m in instances]
+        sizes = np.array([a.size for a in arrays], dtype=np.int64)
+        ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        members = np.concatenate(arrays) if arrays else np.empty(0, dtype=np.int64)
+        return cls(members=members, ptr=ptr, type_id=np.asarray(type_ids, dtype=np.int64).reshape(-1))
+
+
+# --------------------------------------------------------------------------------------------------
+# Graph helpers
+# --------------------------------------------------------------------------------------------------
+
+
+def _simple_csr(edge_index: np.ndarray, num_nodes: int, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr [n+1], indices [E']) of the simple undirected graph: symmetrised, no loops, no repeats."""
+    ei = np.asarray(edge_index)
+    if ei.ndim != 2 or ei.shape[0] != 2:
+        raise DatasetError(f"{where}: edge_index must have shape [2, E]; got {ei.shape}")
+    if ei.size and not np.issubdtype(ei.dtype, np.integer):
+        raise DatasetError(f"{where}: edge_index must hold integers; got dtype {ei.dtype}")
+    ei = ei.astype(np.int64, copy=False)
+    if ei.size and (int(ei.min()) < 0 or int(ei.max()) >= num_nodes):
+        raise DatasetError(
+            f"{where}: edge_index names node ids in [{int(ei.min())}, {int(ei.max())}], outside "
+            f"[0, {num_nodes})"
+        )
+    src = np.concatenate([ei[0], ei[1]])
+    dst = np.concatenate([ei[1], ei[0]])
+    keep = src != dst
+    keys = np.unique(src[keep] * num_nodes + dst[keep])  # sorted by (src, dst)
+    src, dst = keys // num_nodes, keys % num_nodes
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=num_nodes))]).astype(np.int64)
+    return indptr, dst
+
+
+def _edge_keys(edge_index: np.ndarray, num_nodes: int, where: str) -> np.ndarray:
+    """Sorted unique keys u * n + v of the simple symmetrised graph (both directions present)."""
+    indptr, indices = _simple_csr(edge_index, num_nodes, where)
+    src = np.repeat(np.arange(num_nodes, dtype=np.int64), np.diff(indptr))
+    return src * num_nodes + indices  # already sorted by (src, dst)
+
+
+# --------------------------------------------------------------------------------------------------
+# Matching
+# --------------------------------------------------------------------------------------------------
+
+
+class _Search:
+    """Rooted, bounded enumeration of induced cycles, stars and paths over adjacency lists.
+
+    Each enumerator is a generator over (size key, nodes) that reads ``wanted`` (a list of bools indexed
+    by size key) on every step, so the caller can switch sizes off mid-search and the search prunes to the
+    largest size still wanted. Steps (candidate extensions looked at) are counted against ``step_limit``;
+    past it every level of the search returns.
+    """
+
+    def __init__(self, nbrs: list[list[int]], adj: list[set[int]], rank: list[int]) -> None:
+        self.nbrs, self.adj, self.rank = nbrs, adj, rank
+        self.steps = 0
+        self.step_limit = math.inf
+
+    @staticmethod
+    def _max_wanted(wanted: list[bool]) -> int:
+        for k in range(len(wanted) - 1, -1, -1):
+            if wanted[k]:
+                return k
+        return 0
+
+    def _distances(self, root: int, radius: int) -> dict[int, int]:
+        """BFS hop distances from root, up to `radius`."""
+        dist = {root: 0}
+        frontier = [root]
+        for d in range(1, radius + 1):
+            nxt = []
+            for u in frontier:
+                for v in self.nbrs[u]:
+                    if v not in dist:
+                        dist[v] = d
+                        nxt.append(v)
+            frontier = nxt
+        return dist
+
+    def cycles(self, root: int, wanted: list[bool]) -> Iterator[tuple[int, list[int]]]:
+        """Induced cycles whose lowest-rank node is `root`, each once (key = number of nodes).
+
+        The path root=p0, p1, ..., pj grows through nodes ranked above the root and stays induced: a new
+        node v touches p_j, no interior node p1..p_{j-1}, and closes the cycle iff it touches p0. Of the
+        two directions of a cycle only the one with rank(p1) < rank(last) is reported. A node farther
+        from the root than the remaining budget of the longest wanted cycle cannot lie on it: pruned.
+        """
+        nbrs, adj, rank = self.nbrs, self.adj, self.rank
+        r0 = rank[root]
+        root_adj = adj[root]
+        max_k = self._max_wanted(wanted)
+        if max_k < 3:
+            return
+        dist = self._distances(root, max_k // 2)
+        path = [root]
+        on_path = {root}
+
+        def extend() -> Iterator[tuple[int, list[int]]]:
+            last = path[-1]
+            j = len(path) - 1
+            for v in nbrs[last]:
+                self.steps += 1
+                if self.steps > self.step_limit:
+                    return
+                if rank[v] <= r0 or v in on_path:
+                    continue
+                adj_v = adj[v]
+                if j >= 2 and any(u in adj_v for u in path[1:-1]):
+                    continue  # a chord to an interior node
+                if j >= 1 and v in root_adj:
+                    k = j + 2
+                    if k < len(wanted) and wanted[k] and rank[path[1]] < rank[v]:
+                        yield k, [*path, v]
+                    continue  # touching the root closes the cycle: it cannot be extended
+                max_k = self._max_wanted(wanted)
+                # v would be node j+2 (1-based); closing a cycle of max_k nodes needs dist(v, root)
+                # <= max_k - j - 1 remaining edges.
+                if max_k >= j + 3 and dist.get(v, max_k) <= max_k - j - 1:
+                    path.append(v)
+                    on_path.add(v)
+                    yield from extend()
+                    path.pop()
+                    on_path.discard(v)
+
+        yield from extend()
+
+    def paths(self, root: int, wanted: list[bool]) -> Iterator[tuple[int, list[int]]]:
+        """Induced paths with endpoint `root` whose other endpoint ranks above it, each once (key = nodes)."""
+        nbrs, adj, rank = self.nbrs, self.adj, self.rank
+        r0 = rank[root]
+        path = [root]
+        on_path = {root}
+
+        def extend() -> Iterator[tuple[int, list[int]]]:
+            last = path[-1]
+            k = len(path) + 1  # nodes once v is added
+            for v in nbrs[last]:
+                self.steps += 1
+                if self.steps > self.step_limit:
+                    return
+                if v in on_path:
+                    continue
+                adj_v = adj[v]
+                if any(u in adj_v for u in path[:-1]):
+                    continue  # a chord: the path would not be induced
+                if k < len(wanted) and wanted[k] and rank[v] > r0:
+                    yield k, [*path, v]
+                if k < self._max_wanted(wanted):
+                    path.append(v)
+                    on_path.add(v)
+                    yield from extend()
+                    path.pop()
+                    on_path.discard(v)
+
+        yield from extend()
+
+    def stars(self, centre: int, wanted: list[bool]) -> Iterator[tuple[int, list[int]]]:
+        """Induced stars centred at `centre`: independent sets of its neighbours (key = leaves)."""
+        nb, adj = self.nbrs[centre], self.adj
+        leaves: list[int] = []
+
+        def extend(start: int) -> Iterator[tuple[int, list[int]]]:
+            k = len(leaves) + 1
+            for i in range(start, len(nb)):
+                self.steps += 1
+                if self.steps > self.step_limit:
+                    return
+                v = nb[i]
+                adj_v = adj[v]
+                if any(u in adj_v for u in leaves):
+                    continue  # two adjacent leaves: not an induced star
+                leaves.append(v)
+                if k >= 2 and k < len(wanted) and wanted[k]:
+                    yield k, [centre, *leaves]
+                if k < self._max_wanted(wanted):
+                    yield from extend(i + 1)
+                leaves.pop()
+
+        yield from extend(0)
+
+
+def _enumerate_family(
+    search_fn: Callable[[int, list[bool]], Iterator[tuple[int, list[int]]]],
+    search: _Search,
+    caps: dict[int, int | None],
+    roots: list[int],
+    num_nodes: int,
+    max_steps_per_root: int,
+    max_steps: int,
+) -> dict[int, list[tuple[int, ...]]]:
+    """Runs one rooted enumerator over the roots (in the given random order) until every size is capped.
+
+    Uncapped (None) sizes make the whole family exhaustive: no limits at all. Otherwise two passes:
+    pass 1 takes at most ceil(2 * cap / n) new instances per size from each root (so a capped sample is
+    spread over the graph instead of piling up around the first roots) and at most `max_steps_per_root`
+    search steps; pass 2 revisits, in the same order, the roots that hit the instance limit, without it.
+    All passes together stop after `max_steps` steps. Results are deduplicated by sorted node tuple.
+    """
+    size_len = max(caps) + 1
+    found: dict[int, list[tuple[int, ...]]] = {k: [] for k in caps}
+    seen: dict[int, set[tuple[int, ...]]] = {k: set() for k in caps}
+    full = {k: cap == 0 for k, cap in caps.items()}
+    exhaustive = any(cap is None for cap in caps.values())
+    if exhaustive:
+        per_root_limits: list[int | None] = [None]
+    else:
+        per_root_limits = [max(1, math.ceil(_ROOT_OVERSAMPLE * max(caps.values()) / max(num_nodes, 1))), None]
+    search.steps = 0
+    retry: list[int] = roots
+    for limit in per_root_limits:
+        truncated: list[int] = []
+        for root in retry:
+            if all(full.values()) or (not exhaustive and search.steps >= max_steps):
+                return found
+            wanted = [False] * size_len
+            for k in caps:
+                wanted[k] = not full[k]
+            new_here = dict.fromkeys(caps, 0)
+            hit_limit = False
+            search.step_limit = math.inf if exhaustive else min(search.steps + max_steps_per_root, max_steps)
+            for k, nodes in search_fn(root, wanted):
+                key = tuple(sorted(nodes))
+                if key in seen[k]:
+                    continue
+                seen[k].add(key)
+                found[k].append(key)
+                new_here[k] += 1
+                if caps[k] is not None and len(found[k]) >= caps[k]:
+                    full[k] = True
+                    wanted[k] = False
+                elif limit is not None and new_here[k] >= limit:
+                    wanted[k] = False
+                    hit_limit = True
+                if not any(wanted):
+                    break
+            if hit_limit:
+                truncated.append(root)
+        retry = truncated
+        if not retry:
+            break
+    return found
+
+
+def _segment_positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Flat positions starts[i] + 0..lengths[i]-1 of several CSR segments, back to back: int64 [sum]."""
+    if lengths.size == 0:
+        return np.empty(0, dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return np.repeat(starts - offsets, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
+
+
+def _rows_to_tuples(rows: np.ndarray, nodes: np.ndarray, num_rows: int) -> list[tuple[int, ...]]:
+    """Groups (row, node) pairs sorted by row into one tuple per row."""
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=num_rows))]).tolist()
+    flat = nodes.tolist()
+    return [tuple(flat[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _hop2_neighbourhoods(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    starts: np.ndarray,
+    max_size: int,
+    generator: np.random.Generator,
+    chunk_entries: int = 4_000_000,
+) -> list[tuple[int, ...]]:
+    """Sorted node sets: centre, then 1-hop, then 2-hop nodes, at most `max_size` (vectorised, chunked).
+
+    Each candidate gets a priority (centre 0, 1-hop 1 + u, 2-hop 2 + u with u ~ U[0, 1)); a node reached
+    both ways keeps its best priority, and each row keeps its `max_size` best: the centre, all 1-hop
+    nodes that fit, then random 2-hop nodes.
+    """
+    deg = np.diff(indptr)
+    src = np.repeat(np.arange(deg.size, dtype=np.int64), deg)
+    # Entries one start produces: itself + its neighbours + their neighbours.
+    work = 1 + deg + np.bincount(src, weights=deg[indices], minlength=deg.size).astype(np.int64)
+    out: list[tuple[int, ...]] = []
+    cum = np.cumsum(work[starts])
+    lo = 0
+    while lo < starts.size:
+        done = int(cum[lo - 1]) if lo else 0
+        hi = max(lo + 1, int(np.searchsorted(cum, done + chunk_entries, side="right")))
+        block = starts[lo:hi]  # [B]
+        b = block.size
+        rows0 = np.arange(b, dtype=np.int64)
+        rows1 = np.repeat(rows0, deg[block])  # [B1]
+        hop1 = indices[_segment_positions(indptr[block], deg[block])]  # [B1]
+        rows2 = np.repeat(rows1, deg[hop1])  # [B2]
+        hop2 = indices[_segment_positions(indptr[hop1], deg[hop1])]  # [B2]
+        rows = np.concatenate([rows0, rows1, rows2])
+        nodes = np.concatenate([block, hop1, hop2])
+        prio = np.concatenate(
+            [np.zeros(b), 1.0 + generator.random(rows1.size), 2.0 + generator.random(rows2.size)]
+        )
+        # Best priority per (row, node): sort by row, node, priority and keep each pair's first entry.
+        order = np.lexsort((prio, nodes, rows))
+        rows, nodes, prio = rows[order], nodes[order], prio[order]
+        first = np.concatenate([[True], (rows[1:] != rows[:-1]) | (nodes[1:] != nodes[:-1])])
+        rows, nodes, prio = rows[first], nodes[first], prio[first]
+        # The `max_size` best per row.
+        order = np.lexsort((prio, rows))
+        rows, nodes = rows[order], nodes[order]
+        row_start = np.searchsorted(rows, rows, side="left")
+        keep = np.arange(rows.size) - row_start < max_size
+        rows, nodes = rows[keep], nodes[keep]
+        order = np.lexsort((nodes, rows))
+        out.extend(_rows_to_tuples(rows[order], nodes[order], b))
+        lo = hi
+    return out
+
+
+def _random_walk_sets(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    starts: np.ndarray,
+    steps: int,
+    generator: np.random.Generator,
+) -> list[tuple[int, ...]]:
+    """Sorted node sets visited by one `steps`-step uniform random walk from each start (vectorised)."""
+    if indices.size == 0:  # no edges: every walk stays at its start
+        return [(int(s),) for s in starts]
+    deg = np.diff(indptr)
+    visited = np.empty((starts.size, steps + 1), dtype=np.int64)  # [B, steps + 1]
+    cur = starts.astype(np.int64)
+    visited[:, 0] = cur
+    for s in range(1, steps + 1):
+        d = deg[cur]
+        pick = (generator.random(cur.size) * d).astype(np.int64)  # uniform slot in [0, deg)
+        # An isolated node has no neighbour to step to: the walk stays where it is.
+        cur = np.where(d > 0, indices[np.minimum(indptr[cur] + pick, indices.size - 1)], cur)
+        visited[:, s] = cur
+    visited.sort(axis=1)
+    keep = np.ones(visited.shape, dtype=bool)  # [B, steps + 1]
+    keep[:, 1:] = visited[:, 1:] != visited[:, :-1]  # first of each run of equal nodes
+    rows = np.repeat(np.arange(starts.size, dtype=np.int64), steps + 1).reshape(visited.shape)
+    return _rows_to_tuples(rows[keep], visited[keep], starts.size)
+
+
+def match_substructures(
+    edge_index: np.ndarray,
+    num_nodes: int,
+    *,
+    types: Mapping[str, int | None],
+    generator: np.random.Generator,
+    hop2_max_size: int = 16,
+    walk_length: int = 10,
+    max_steps_per_root: int = 500,
+    max_steps: int = 1_000_000,
+) -> Substructures:
+    """Finds instances of the substructure vocabulary (DeepGraph Appendix C) in a graph.
+
+    Vocabulary (``SUBSTRUCTURE_TYPES``), all geometric types matched as induced subgraphs:
+
+    - ``cycle_k``, k = 3..8: k nodes inducing a cycle (a chordless cycle).
+    - ``star_k``, k = 2..6: a centre and k pairwise non-adjacent neighbours (induced K_{1,k}).
+    - ``path_k``, k = 4..8: k nodes inducing a simple path.
+    - ``hop2``: a node with its 1- and 2-hop neighbours; when that exceeds ``hop2_max_size`` nodes, all
+      1-hop neighbours are kept (as many as fit) and the rest is filled with random 2-hop nodes.
+    - ``random_walk``: the distinct nodes of one ``walk_length``-step uniform random walk from a node.
+
+    Caps: ``types[name]`` is that type's maximum number of instances (None: all of them; 0 or absent:
+    type off). Capped enumeration stops early rather than enumerating everything: roots are visited in
+    a random order, each cycle/path search is rooted at one canonical node (a cycle at its lowest-ranked
+    node, a path at its lower-ranked endpoint, a star at its centre), each root contributes at most
+    ceil(2 * cap / n) new instances per type in a first pass (so a sample is spread over the graph),
+    the search stops as soon as every size of a family is capped, and searches are bounded by
+    ``max_steps_per_root`` / ``max_steps`` steps per family, so a size that is rare or absent cannot make
+    the search exhaustive. With caps, counts can therefore fall short of the cap on graphs where a size is
+    rare. A family (cycles, stars or paths) with any uncapped size is enumerated exhaustively, with no
+    step limits: use None only on small graphs. ``hop2`` and ``random_walk`` start from up to `cap`
+    random distinct nodes (all nodes when uncapped). Instances are deduplicated per type by node set.
+
+    Args:
+        edge_index: int [2, E] (src, dst) edges; symmetrised, self-loops and repeats ignored.
+        num_nodes: number of nodes n.
+        types: type name -> cap, e.g. ``DEFAULT_SUBSTRUCTURE_CAPS``.
+        generator: the only source of randomness (root order, neighbour order, walks, hop-2 subsampling).
+        hop2_max_size: most nodes in a ``hop2`` instance (>= 1).
+        walk_length: steps of a ``random_walk`` instance (>= 1).
+        max_steps_per_root: search steps one root may use in a capped family.
+        max_steps: search steps one capped family may use in all.
+
+    Returns:
+        `Substructures`, ordered by type id, then by discovery order.
+
+    Raises:
+        ConfigError: unknown type name, negative cap or bad size parameter.
+        DatasetError: malformed edge_index.
+    """
+    n = operator.index(num_nodes)
+    caps = _validate_caps(types)
+    if hop2_max_size < 1 or walk_length < 1:
+        raise ConfigError(
+            f"hop2_max_size and walk_length must be >= 1; got hop2_max_size={hop2_max_size}, "
+            f"walk_length={walk_length}"
+        )
+    if max_steps_per_root < 1 or max_steps < 1:
+        raise ConfigError(
+            f"max_steps_per_root and max_steps must be >= 1; got {max_steps_per_root}, {max_steps}"
+        )
+    indptr, indices = _simple_csr(edge_index, n, "match_substructures")
+    instances: list[tuple[int, ...]] = []
+    type_ids: list[int] = []
+
+    def emit(name: str, found: list[tuple[int, ...]]) -> None:
+        instances.extend(found)
+        type_ids.extend([_TYPE_ID[name]] * len(found))
+
+    families = [
+        ("cycle", CYCLE_SIZES, "cycles"),
+        ("star", STAR_LEAVES, "stars"),
+        ("path", PATH_SIZES, "paths"),
+    ]
+    wanted_families = [
+        (prefix, {k: caps[f"{prefix}_{k}"] for k in sizes if caps.get(f"{prefix}_{k}", 0) != 0}, method)
+        for prefix, sizes, method in families
+    ]
+    if any(family_caps for _, family_caps, _ in wanted_families) and n:
+        # Random neighbour order makes capped samples random; random rank makes the canonical root random.
+        order = generator.permutation(n)
+        rank = np.empty(n, dtype=np.int64)
+        rank[order] = np.arange(n)
+        src = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+        shuffled = indices[np.lexsort((generator.random(indices.size), src))].tolist()
+        bounds = indptr.tolist()
+        nbrs = [shuffled[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        adj = [set(nb) for nb in nbrs]
+        search = _Search(nbrs, adj, rank.tolist())
+        roots = order.tolist()
+        for prefix, family_caps, method in wanted_families:
+            if not family_caps:
+                continue
+            found = _enumerate_family(
+                getattr(search, method), search, family_caps, roots, n, max_steps_per_root, max_steps
+            )
+            for k in sorted(found):
+                emit(f"{prefix}_{k}", found[k])
+
+    for name in ("hop2", "random_walk"):
+        cap = caps.get(name, 0)
+        if cap == 0 or n == 0:
+            continue
+        starts = generator.permutation(n)
+        if cap is not None:
+            starts = starts[:cap]
+        starts = starts.astype(np.int64)
+        if name == "hop2":
+            sets = _hop2_neighbourhoods(indptr, indices, starts, hop2_max_size, generator)
+        else:
+            sets = _random_walk_sets(indptr, indices, starts, walk_length, generator)
+        emit(name, list(dict.fromkeys(sets)))  # dedup by node set, keeping discovery order
+
+    # Families were emitted in type-id order except hop2/random_walk; a stable sort fixes the rest.
+    type_arr = np.asarray(type_ids, dtype=np.int64)
+    order_by_type = np.argsort(type_arr, kind="stable")
+    sorted_instances = [instances[i] for i in order_by_type.tolist()]
+    # Instances are already sorted tuples of distinct nodes: pack them without per-instance NumPy calls.
+    sizes = np.fromiter(map(len, sorted_instances), dtype=np.int64, count=len(sorted_instances))
+    flat = itertools.chain.from_iterable(sorted_instances)
+    members = np.fromiter(flat, dtype=np.int64, count=int(sizes.sum()))
+    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return Substructures(members=members, ptr=ptr, type_id=type_arr[order_by_type])
+
+
+def _validate_caps(types: Mapping[str, int | None]) -> dict[str, int | None]:
+    caps: dict[str, int | None] = {}
+    for name, cap in dict(types).items():
+        if name not in _TYPE_ID:
+            raise ConfigError(
+                f"unknown substructure type {name!r} in types; expected names from {SUBSTRUCTURE_TYPES}"
+            )
+        if cap is not None:
+            if isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 0:
+                raise ConfigError(
+                    f"cap of substructure type {name!r} must be an int >= 0 or None; got {cap!r}"
+                )
+            cap = int(cap)
+        caps[name] = cap
+    return caps
+
+
+# --------------------------------------------------------------------------------------------------
+# Coverage-balanced sampling
+# --------------------------------------------------------------------------------------------------
+
+
+def coverage_balanced_sample(
+    substructures: Substructures,
+    num_nodes: int,
+    threshold: int,
+    generator: np.random.Generator,
+) -> np.ndarray:
+    """Greedily picks substructures until every node is covered `threshold` times (DeepGraph Appendix D).
+
+    Rule: keep ``cnt_i`` = the number of members of candidate i that are covered fewer than `threshold`
+    times so far. At each step take the type used least so far among types that still have a useful
+    candidate (cnt > 0), ties between types in a fixed random order (so types are used round-robin), and
+    within it a candidate with the largest cnt, ties broken at random. Stop when every node is covered
+    `threshold` times or no candidate covers an under-covered node any more (so nodes that no instance
+    contains never block termination). With this rule the used counts of the types that stay available
+    differ by at most one.
+
+    This is the deterministic, one-at-a-time form of the paper's scheme (which draws ``n_sample`` of the
+    top-k candidates per round after ``n_init`` random picks). ``cnt`` is kept exact incrementally: when a
+    node reaches the threshold, each candidate containing it loses one, through a node -> instances
+    index, so a step costs O(largest type's candidate count + touched memberships).
+
+    Args:
+        substructures: the candidates (e.g. from `match_substructures`).
+        num_nodes: number of nodes n; member ids must lie in [0, n).
+        threshold: target coverage per node (>= 0; 0 selects nothing).
+        generator: breaks ties.
+
+    Returns:
+        int64 [T]: indices into `substructures` in pick order; ``substructures.select(result)`` gives them.
+    """
+    n = operator.index(num_nodes)
+    threshold = operator.index(threshold)
+    if threshold < 0:
+        raise ConfigError(f"coverage threshold must be >= 0; got {threshold}")
+    num_subs = len(substructures)
+    members = substructures.members
+    if members.size and (int(members.min()) < 0 or int(members.max()) >= n):
+        raise DatasetError(
+            f"coverage_balanced_sample: member ids lie in [{int(members.min())}, {int(members.max())}], "
+            f"outside [0, {n})"
+        )
+    if threshold == 0 or num_subs == 0:
+        return np.empty(0, dtype=np.int64)
+
+    # Work in a permuted index space where candidates are grouped by type and shuffled within a type,
+    # so a type is one contiguous slice of `cnt` and argmax's first-max rule is a random tie-break.
+    perm = np.lexsort((generator.random(num_subs), substructures.type_id))  # [S] permuted -> original
+    pos_of = np.empty(num_subs, dtype=np.int64)
+    pos_of[perm] = np.arange(num_subs)  # original -> permuted
+    sorted_types = substructures.type_id[perm]
+    present = np.unique(sorted_types)
+    seg_start = np.searchsorted(sorted_types, present, side="left")
+    seg_end = np.searchsorted(sorted_types, present, side="right")
+
+    sizes = substructures.sizes
+    cnt = sizes[perm].astype(np.int64)  # every node starts under-covered
+    # node -> the (permuted) candidates that contain it, CSR over nodes.
+    owner = pos_of[substructures.instance_of_member]  # [M]
+    by_node = np.argsort(members, kind="stable")
+    node_owner = owner[by_node]  # [M]
+    node_ptr = np.concatenate([[0], np.cumsum(np.bincount(members, minlength=n))]).astype(np.int64)
+
+    coverage = np.zeros(n, dtype=np.int64)
+    under = n  # nodes covered fewer than `threshold` times
+    used = np.zeros(present.size, dtype=np.int64)
+    type_order = generator.permutation(present.size)  # fixed tie order between equally used types
+    active = np.ones(present.size, dtype=bool)
+    picked_flag = np.iinfo(np.int64).min // 2
+    picks: list[int] = []
+    while under > 0 and active.any():
+        # Least-used active type; among equals, the first in `type_order`.
+        candidates = type_order[active[type_order]]
+        t = int(candidates[np.argmin(used[candidates])])
+        seg = cnt[seg_start[t] : seg_end[t]]
+        j = int(np.argmax(seg))
+        if seg[j] <= 0:
+            active[t] = False  # cnt only decreases, so this type stays useless
+            continue
+        s = int(seg_start[t]) + j
+        cnt[s] = picked_flag
+        used[t] += 1
+        original = int(perm[s])
+        picks.append(original)
+        mem = members[substructures.ptr[original] : substructures.ptr[original + 1]]
+        coverage[mem] += 1
+        reached = mem[coverage[mem] == threshold]  # nodes that just reached the threshold
+        if reached.size:
+            under -= int(reached.size)
+            lo = node_ptr[reached]
+            flat = _segment_positions(lo, node_ptr[reached + 1] - lo)  # [memberships of `reached`]
+            np.subtract.at(cnt, node_owner[flat], 1)
+    return np.asarray(picks, dtype=np.int64)
+
+
+# --------------------------------------------------------------------------------------------------
+# Token edges
+# --------------------------------------------------------------------------------------------------
+
+
+def substructure_token_edges(selection: Substructures, num_nodes: int) -> tuple[np.ndarray, int]:
+    """Joins token node ``num_nodes + t`` (for selected instance t) both ways to each of its members.
+
+    Args:
+        selection: the selected instances (e.g. ``subs.select(coverage_balanced_sample(...))``).
+        num_nodes: number of graph nodes n; tokens get ids n, n + 1, ..., n + T - 1.
+
+    Returns:
+        (edge_index int64 [2, 2M] as (src, dst): first member -> token for every membership, then
+        token -> member in the same order; num_tokens T). The caller tags them with its `substructure`
+        edge type and re-sorts with the other edge blocks.
+    """
+    n = operator.index(num_nodes)
+    members = selection.members.astype(np.int64)
+    if members.size and (int(members.min()) < 0 or int(members.max()) >= n):
+        raise DatasetError(
+            f"substructure_token_edges: member ids lie in [{int(members.min())}, {int(members.max())}], "
+            f"outside [0, {n})"
+        )
+    tokens = n + selection.instance_of_member  # [M]
+    to_token = np.stack([members, tokens])  # [2, M]
+    return np.concatenate([to_token, to_token[::-1]], axis=1), len(selection)
+
+
+# --------------------------------------------------------------------------------------------------
+# DFS-ordered adjacency encoding
+# --------------------------------------------------------------------------------------------------
+
+
+def dfs_order(node_ids: list[int], neighbours: list[list[int]]) -> list[int]:
+    """Degree-ordered depth-first order of a small graph (DeepGraph Appendix E, deterministic variant).
+
+    Nodes are ranked by a label-free colour: the degree, refined by colour refinement (1-WL) until
+    stable, so that equal-degree nodes in different structural roles (the middle of a path versus a node
+    next to an end) are still told apart; since the refinement keeps the degree as the primary key,
+    "higher colour" always means "higher degree first". The DFS starts at the highest-coloured node and
+    visits unvisited neighbours by descending colour; remaining ties are broken by the smaller
+    ``node_ids`` entry. A disconnected graph restarts from the best unvisited node.
+
+    The paper starts at a least-degree node and permutes ties at random (then pools over orders); here the
+    start is a highest-degree node and ties are broken deterministically, so one encoding per token.
+
+    Args:
+        node_ids: global id of each local node (tie-breaker only).
+        neighbours: local adjacency lists.
+
+    Returns:
+        Local indices in visiting order.
+    """
+    size = len(neighbours)
+    colour = [len(nb) for nb in neighbours]
+    classes = len(set(colour))
+    for _ in range(size):
+        signature = [(colour[i], tuple(sorted(colour[j] for j in neighbours[i]))) for i in range(size)]
+        palette = {sig: c for c, sig in enumerate(sorted(set(signature)))}
+        refined = [palette[sig] for sig in signature]
+        colour = refined
+        if len(palette) == classes:
+            break
+        classes = len(palette)
+
+    def key(i: int) -> tuple[int, int]:
+        return (-colour[i], node_ids[i])
+
+    visited = [False] * size
+    order: list[int] = []
+    for start in sorted(range(size), key=key):
+        if visited[start]:
+            continue
+        visited[start] = True
+        order.append(start)
+        stack = [iter(sorted(neighbours[start], key=key))]
+        while stack:
+            for w in stack[-1]:
+                if not visited[w]:
+                    visited[w] = True
+                    order.append(w)
+                    stack.append(iter(sorted(neighbours[w], key=key)))
+                    break
+            else:
+                stack.pop()
+    return order
+
+
+def dfs_adjacency_encodings(
+    substructures: Substructures, edge_index: np.ndarray, num_nodes: int, max_size: int
+) -> np.ndarray:
+    """DFS-ordered induced adjacency of every instance, padded and flattened (DeepGraph Appendix E).
+
+    For instance i with members in `dfs_order`, entry (a, b) of its ``max_size x max_size`` block is 1 iff
+    the a-th and b-th visited members are adjacent. Instances larger than `max_size` keep their first
+    `max_size` visited nodes. Row-major flattening.
+
+    Args:
+        substructures: instances whose members are node ids of the graph.
+        edge_index: int [2, E] graph edges (symmetrised; loops and repeats ignored).
+        num_nodes: number of graph nodes n.
+        max_size: side of the padded matrix.
+
+    Returns:
+        float32 [S, max_size * max_size].
+    """
+    n = operator.index(num_nodes)
+    max_size = operator.index(max_size)
+    if max_size < 1:
+        raise ConfigError(f"max_size must be >= 1; got {max_size}")
+    keys = _edge_keys(edge_index, n, "dfs_adjacency_encodings")
+    num_subs = len(substructures)
+    out = np.zeros((num_subs, max_size, max_size), dtype=np.float32)  # [S, K, K]
+    sizes = substructures.sizes
+    members_all = substructures.members
+    if members_all.size and (int(members_all.min()) < 0 or int(members_all.max()) >= n):
+        raise DatasetError(
+            f"dfs_adjacency_encodings: member ids lie in [{int(members_all.min())}, "
+            f"{int(members_all.max())}], outside [0, {n})"
+        )
+    # Batch instances of equal size: induced adjacency by looking every member pair up in `keys`.
+    for size in np.unique(sizes).tolist():
+        if size == 0:
+            continue
+        which = np.flatnonzero(sizes == size)  # [B]
+        flat = substructures.ptr[which][:, None] + np.arange(size)  # [B, size]
+        mem = members_all[flat]  # [B, size]
+        query = mem[:, :, None] * n + mem[:, None, :]  # [B, size, size]
+        if keys.size:
+            pos = np.minimum(np.searchsorted(keys, query), keys.size - 1)
+            dense = keys[pos] == query  # [B, size, size]
+        else:
+            dense = np.zeros(query.shape, dtype=bool)
+        keep = min(size, max_size)
+        for b, sub in enumerate(which.tolist()):
+            block = dense[b]  # [size, size]
+            neighbours = [np.flatnonzero(row).tolist() for row in block]
+            order = dfs_order(mem[b].tolist(), neighbours)[:keep]
+            out[sub, :keep, :keep] = block[np.ix_(order, order)]
+    return out.reshape(num_subs, max_size * max_size)
+
+
+def dfs_adjacency_encoding(members: np.ndarray, edge_index: np.ndarray, max_size: int) -> np.ndarray:
+    """DFS-ordered induced adjacency of one node set, padded and flattened: float32 [max_size ** 2].
+
+    See `dfs_adjacency_encodings` (the batch form, which is what the pipeline should call).
+    """
+    nodes = np.unique(np.asarray(members, dtype=np.int64))
+    ei = np.asarray(edge_index, dtype=np.int64)
+    n = int(max(nodes.max(initial=-1), ei.max(initial=-1))) + 1
+    single = Substructures(
+        members=nodes, ptr=np.array([0, nodes.size], dtype=np.int64), type_id=np.zeros(1, dtype=np.int64)
+    )
+    return dfs_adjacency_encodings(single, ei, max(n, 1), max_size)[0]
