@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: setup run test test-slow scores lint clean
+.PHONY: setup run test test-slow bench scores lint clean
 
 setup: $(STAMP)
 
@@ -25,6 +25,12 @@ test: setup
 
 test-slow: setup
 	$(BIN)/pytest -m slow
+
+# Benchmarks on ../shared/datasets: writes artifacts/bench/results.md and results.csv (hours for all of it;
+# narrow it with BENCH_ARGS="--datasets minesweeper --variants spexphormer uniform --seeds 5").
+BENCH_ARGS ?=
+bench: setup
+	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 scores: setup
 	$(BIN)/sgt scores $(ARGS)

@@ -17,6 +17,7 @@ Arguments are Hydra overrides, for example:
   sgt run dataset=npz dataset.path=../shared/datasets/tolokers.npz
   sgt run train.epochs=50 model.hidden=64   # changes only the train stage's key
   sgt run stage=train                       # re-run train (and later stages) from cached upstream
+  sgt run -m seed=0,1,2,3,4                 # one run per value (Hydra sweep syntax), then mean ± std
 """
 
 SCORES_HELP = """\
@@ -53,19 +54,63 @@ def preflight(overrides: list[str]) -> dict:
     return cfg
 
 
-def command_run(overrides: list[str]) -> int:
-    preflight(overrides)
+def expand_sweeps(overrides: list[str]) -> list[list[str]]:
+    """Hydra sweep syntax (`seed=0,1,2`, `train.sampler=reservoir,uniform`) -> one override list per run."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from sgt_core.errors import ConfigError
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception as error:  # Hydra's parser raises its own exception types
+        raise ConfigError(f"configuration: {error}") from None
+    runs: list[list[str]] = [[]]
+    for override in parsed:
+        if override.is_sweep_override():
+            values = [f"{override.get_key_element()}={value}" for value in override.sweep_string_iterator()]
+            runs = [run + [value] for run in runs for value in values]
+        else:
+            runs = [run + [override.input_line] for run in runs]
+    return runs
+
+
+def command_run(overrides: list[str], multirun: bool = False) -> int:
+    runs = expand_sweeps(overrides) if multirun else [overrides]
+    for run_overrides in runs:  # every configuration is checked before the first run starts
+        preflight(run_overrides)
     from flows.pipeline import sgt_pipeline
 
-    result = sgt_pipeline(overrides)
-    print("\nstages:")
-    for name, stage in result["stages"].items():
-        print(f"  {name:<10} {'cached' if stage['cache_hit'] else 'ran':<7} {stage['path']}")
-    print("metrics:")
-    for name, value in result["metrics"].items():
-        print(f"  {name} = {value:.4f}")
-    print(f"mlflow run {result['run_id']} in {result['tracking_uri']}")
+    results = []
+    for run_overrides in runs:
+        result = sgt_pipeline(run_overrides)
+        results.append((run_overrides, result))
+        print(f"\n{' '.join(run_overrides) or '(defaults)'}\nstages:")
+        for name, stage in result["stages"].items():
+            print(f"  {name:<10} {'cached' if stage['cache_hit'] else 'ran':<7} {stage['path']}")
+        print("metrics:")
+        for name, value in result["metrics"].items():
+            print(f"  {name} = {value:.4f}")
+        print(f"mlflow run {result['run_id']} in {result['tracking_uri']}")
+    if multirun:
+        print_sweep_summary(results)
     return 0
+
+
+def print_sweep_summary(results: list[tuple[list[str], dict]]) -> None:
+    """Mean ± std of every metric over the seeds of each otherwise-identical configuration."""
+    import statistics
+
+    groups: dict[str, list[dict]] = {}
+    for overrides, result in results:
+        others = " ".join(o for o in overrides if not o.startswith("seed=")) or "(defaults)"
+        groups.setdefault(others, []).append(result["metrics"])
+    print("\nsummary over seeds (mean ± std):")
+    for others, metrics in groups.items():
+        print(f"  {others}  [{len(metrics)} runs]")
+        for name in metrics[0]:
+            values = [m[name] for m in metrics]
+            spread = statistics.stdev(values) if len(values) > 1 else 0.0
+            print(f"    {name} = {statistics.mean(values):.4f} ± {spread:.4f}")
 
 
 def command_scores(overrides: list[str], path: str | None) -> int:
@@ -96,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the pipeline", description=RUN_HELP,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("-m", "--multirun", action="store_true",
+                     help="sweep: comma-separated values run once each (e.g. seed=0,1,2,3,4)")
     run.add_argument("overrides", nargs="*", help="Hydra overrides, key=value")
     scores = commands.add_parser("scores", help="summarise exported attention scores", description=SCORES_HELP,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -109,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     _configure_environment()
     try:
         if args.command == "run":
-            return command_run(args.overrides)
+            return command_run(args.overrides, args.multirun)
         return command_scores(args.overrides, args.path)
     except SGTError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from sgt_core.errors import ConfigError
+from sgt_core.preprocess.substructures import SUBSTRUCTURE_TYPES
 from sgt_core.sampling import TRAIN_SAMPLERS
 
 STAGE_NAMES = ("preprocess", "estimate", "export", "train")
@@ -62,6 +63,7 @@ def validate_config(cfg: dict) -> None:
         problems.append(f"preprocess.expander.degree={expander['degree']}: must be an even number >= 2")
     if cfg["preprocess"]["virtual_nodes"] < 0:
         problems.append(f"preprocess.virtual_nodes={cfg['preprocess']['virtual_nodes']}: must be >= 0")
+    problems += _component_problems(cfg)
     model = cfg["model"]
     if len(model["degrees"]) != model["num_layers"]:
         problems.append(
@@ -88,3 +90,71 @@ def validate_config(cfg: dict) -> None:
             problems.append(f"{section}.epochs={cfg[section]['epochs']}: must be >= 1")
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+
+def _is_count(value, allow_none: bool = False) -> bool:
+    """An int >= 0 (bools excluded), or None where allowed."""
+    if value is None:
+        return allow_none
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _component_problems(cfg: dict) -> list[str]:
+    """Checks the switchable interaction-graph components (anchors, substructures, LPE) that are on.
+
+    These run late (preprocessing a large graph takes a while, the LPE's sizes reach the networks only in
+    the estimate and train stages), so bad values are caught here instead.
+    """
+    problems = []
+    anchors = cfg["preprocess"]["anchors"]
+    if anchors["enabled"]:
+        if not _is_count(anchors["k"]) or anchors["k"] < 1:
+            problems.append(f"preprocess.anchors.k={anchors['k']!r}: must be an integer >= 1")
+        elif not _is_count(anchors["max_spd"]) or not anchors["k"] < anchors["max_spd"] <= 32767:
+            problems.append(
+                f"preprocess.anchors.max_spd={anchors['max_spd']!r}: must be an integer with "
+                f"k={anchors['k']} < max_spd <= 32767 (anchors beyond k hops need their own SPD buckets)"
+            )
+        for key in ("max_khop_per_node", "max_anchors_per_node"):
+            if not _is_count(anchors[key], allow_none=True):
+                problems.append(f"preprocess.anchors.{key}={anchors[key]!r}: must be null or an integer >= 0")
+    substructures = cfg["preprocess"]["substructures"]
+    if substructures["enabled"]:
+        if not _is_count(substructures["threshold"]):
+            problems.append(
+                f"preprocess.substructures.threshold={substructures['threshold']!r}: must be an integer >= 0"
+            )
+        if not _is_count(substructures["max_size"]) or substructures["max_size"] < 1:
+            problems.append(
+                f"preprocess.substructures.max_size={substructures['max_size']!r}: must be an integer >= 1"
+            )
+        types = substructures["types"] or {}
+        unknown = sorted(set(types) - set(SUBSTRUCTURE_TYPES))
+        if unknown:
+            problems.append(
+                f"preprocess.substructures.types: unknown types {', '.join(unknown)}; expected names from "
+                f"{', '.join(SUBSTRUCTURE_TYPES)}"
+            )
+        for name, cap in types.items():
+            if name in SUBSTRUCTURE_TYPES and not _is_count(cap, allow_none=True):
+                problems.append(
+                    f"preprocess.substructures.types.{name}={cap!r}: must be null or an integer >= 0"
+                )
+    lpe = cfg["preprocess"]["lpe"]
+    if lpe["enabled"]:
+        if not _is_count(lpe["m"]) or lpe["m"] < 1:
+            problems.append(f"preprocess.lpe.m={lpe['m']!r}: must be an integer >= 1")
+        for section in ("estimator", "model"):
+            options = cfg[section]
+            dim, layers, heads = options["lpe_dim"], options["lpe_layers"], options["lpe_heads"]
+            if not _is_count(dim):
+                problems.append(f"{section}.lpe_dim={dim!r}: must be an integer >= 0 (0 skips the LPE)")
+            elif dim > 0 and not (_is_count(layers) and layers >= 1 and _is_count(heads) and heads >= 1
+                                  and dim % heads == 0):
+                problems.append(
+                    f"{section}.lpe_dim={dim}, lpe_layers={layers!r}, lpe_heads={heads!r}: need layers >= 1, "
+                    f"heads >= 1 and lpe_dim divisible by lpe_heads"
+                )
+    if not isinstance(cfg["model"]["deepnorm"], bool):
+        problems.append(f"model.deepnorm={cfg['model']['deepnorm']!r}: must be true or false")
+    return problems

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from sgt_core.metrics import evaluate, metric_name
-from sgt_core.models import AttentionScoreEstimator
-from sgt_core.preprocess.interaction_graph import EDGE_TYPES, INTERACTION_GRAPH_FILE, NODE_KINDS, InteractionGraph
+from sgt_core.models import AttentionScoreEstimator, NodeExtras
+from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE, NODE_KINDS, InteractionGraph
 from sgt_core.schedules import cosine_with_warmup, temperature
 from sgt_core.seeding import seed_everything
 
@@ -30,15 +30,22 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
     graph = InteractionGraph.load(inputs["preprocess"] / INTERACTION_GRAPH_FILE)
     metric = metric_name(graph.num_classes)
     model = AttentionScoreEstimator(
-        in_features=graph.x.shape[1],
-        num_classes=graph.num_classes,
+        **graph.model_input_sizes(),  # features, classes, edge types, node kinds, SPD, LPE and token sizes
         width=options["width"],
         num_layers=options["num_layers"],
-        num_edge_types=len(EDGE_TYPES),
-        num_node_kinds=len(NODE_KINDS),
         layer_norm=options["layer_norm"],
         logit_clip=options["logit_clip"],
+        lpe_dim=options["lpe_dim"],
+        lpe_layers=options["lpe_layers"],
+        lpe_heads=options["lpe_heads"],
     )
+    # SPD buckets of anchor/k-hop edges and the LPE / token inputs; None where the component is off.
+    edge_spd = graph.edge_spd if graph.num_spd_buckets else None
+    extras = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"))
+
+    def forward(tau: float) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        return model(graph.x, graph.node_kind, graph.edge_index, graph.edge_type, tau, edge_spd, extras)
+
     optimizer = torch.optim.AdamW(model.parameters(), lr=options["lr"], weight_decay=options["weight_decay"])
     scheduler = cosine_with_warmup(optimizer, options["warmup_epochs"], options["epochs"])
 
@@ -47,10 +54,16 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
     for epoch in range(options["epochs"]):
         tau = temperature(epoch, **options["temperature"])
         model.train()
-        logits, layer_scores = model(graph.x, graph.node_kind, graph.edge_index, graph.edge_type, tau)
+        logits, layer_scores = forward(tau)
         loss = F.cross_entropy(logits[graph.train_mask], graph.y[graph.train_mask])
         # The estimator has no dropout and layer norm has no train/eval difference, so this forward pass
         # already is the evaluation of the current weights: no second pass is needed to score the epoch.
+        # Only the LPE behaves differently in training (random eigenvector sign flips): with it, the
+        # epoch is scored, and its scores kept, from an evaluation pass.
+        if model.encoder.lpe is not None:
+            model.eval()
+            with torch.no_grad():
+                logits, layer_scores = forward(tau)
         val = evaluate(logits[graph.val_mask], graph.y[graph.val_mask], graph.num_classes)
         if val > best["val"]:
             best = {

@@ -2,7 +2,17 @@
 
 from sgt_core.models.estimator import AttentionScoreEstimator
 from sgt_core.models.estimator_attention import EstimatorAttention
+from sgt_core.models.node_encoder import NodeEncoder, NodeExtras
 from sgt_core.models.sampled_attention import SampledAttention
 from sgt_core.models.spexphormer import FullLayer, SampledLayer, Spexphormer
 
-__all__ = ["AttentionScoreEstimator", "EstimatorAttention", "FullLayer", "SampledAttention", "SampledLayer", "Spexphormer"]
+__all__ = [
+    "AttentionScoreEstimator",
+    "EstimatorAttention",
+    "FullLayer",
+    "NodeEncoder",
+    "NodeExtras",
+    "SampledAttention",
+    "SampledLayer",
+    "Spexphormer",
+]

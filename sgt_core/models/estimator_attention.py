@@ -26,16 +26,24 @@ class EstimatorAttention(nn.Module):
     Normalising V makes a score comparable across neighbours: with unit-norm values, a larger a_ij
     really means a larger contribution; the learnable global scale s keeps accuracy (section 4).
 
+    With `num_spd_buckets` > 0, an edge with shortest-path-distance bucket b > 0 (AnchorGT's relative
+    encoding on anchor and k-hop edges) adds learnable terms to both: E_t + E^spd_b and B_t + B^spd_b.
+    Bucket 0 means "no distance encoding" and adds nothing. E^spd and B^spd start at zero.
+
     Args:
         width: feature width d (4 or 8 in the paper).
         num_edge_types: number of edge types t (size of E and B).
         logit_clip: c, the clipping bound on the tempered logits.
+        num_spd_buckets: SPD buckets b = 0..num_spd_buckets-1 (0 or 1: no SPD terms).
 
     Shapes:
-        x [N, d], edge_index [2, E] (src, dst) sorted by dst, edge_type [E] -> out [N, d], scores [E].
+        x [N, d], edge_index [2, E] (src, dst) sorted by dst, edge_type [E], edge_spd [E] or None
+        -> out [N, d], scores [E].
     """
 
-    def __init__(self, width: int, num_edge_types: int, logit_clip: float = 8.0) -> None:
+    def __init__(
+        self, width: int, num_edge_types: int, logit_clip: float = 8.0, num_spd_buckets: int = 0
+    ) -> None:
         super().__init__()
         if not 0 < logit_clip <= MAX_LOGIT_CLIP:
             raise ValueError(f"logit_clip must be in (0, {MAX_LOGIT_CLIP}], got {logit_clip}")
@@ -46,6 +54,10 @@ class EstimatorAttention(nn.Module):
         self.value = nn.Linear(width, width)
         self.edge_scale = nn.Embedding(num_edge_types, width)  # E_t
         self.edge_bias = nn.Embedding(num_edge_types, 1)  # B_t
+        # Rows for buckets 1.. only: bucket 0 (no encoding) is a fixed zero.
+        spd_rows = num_spd_buckets - 1
+        self.spd_scale = nn.Parameter(torch.empty(spd_rows, width)) if spd_rows > 0 else None  # E^spd_b
+        self.spd_bias = nn.Parameter(torch.empty(spd_rows, 1)) if spd_rows > 0 else None  # B^spd_b
         self.value_scale = nn.Parameter(torch.empty(()))  # s
         self.out = nn.Linear(width, width)
         self.reset_parameters()
@@ -55,10 +67,18 @@ class EstimatorAttention(nn.Module):
             linear.reset_parameters()
         nn.init.ones_(self.edge_scale.weight)
         nn.init.zeros_(self.edge_bias.weight)
+        if self.spd_scale is not None:
+            nn.init.zeros_(self.spd_scale)
+            nn.init.zeros_(self.spd_bias)
         nn.init.constant_(self.value_scale, math.sqrt(self.width))
 
     def forward(
-        self, x: Tensor, edge_index: Tensor, edge_type: Tensor, temperature: float = 1.0
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        edge_type: Tensor,
+        temperature: float = 1.0,
+        edge_spd: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         src, dst = edge_index
         num_nodes, width = x.shape
@@ -69,13 +89,15 @@ class EstimatorAttention(nn.Module):
         value = self.value_scale * F.normalize(self.value(x), dim=-1)  # [N, d]
         # One gather for keys and values together: the random-order gather is the costly one.
         key, value = torch.cat([self.key(x), value], dim=1).index_select(0, src).split(width, dim=1)  # [E, d] x2
-        # (E_t ⊙ K_j)·Q_i + B_t for every type t at once is a small matmul, [E, d] @ [d, T] -> [E, T];
-        # a one-hot mask then keeps each edge's own type. Its backward is elementwise, where an
-        # embedding lookup or a gather would scatter E gradients every step (half the epoch's time).
-        per_type = (query * key) @ self.edge_scale.weight.t() / math.sqrt(width)  # [E, T]
-        per_type = per_type + self.edge_bias.weight.t()  # [E, T]
-        own_type = F.one_hot(edge_type, self.edge_scale.num_embeddings).to(per_type.dtype)  # [E, T]
-        logits = (per_type * own_type).sum(-1)  # [E]
+        # (E_c ⊙ K_j)·Q_i + B_c for every code c (each type t, then each SPD bucket b > 0) at once is a
+        # small matmul, [E, d] @ [d, C] -> [E, C]; a one-hot mask then keeps each edge's own type and
+        # bucket, and summing them gives (E_t + E^spd_b) and B_t + B^spd_b. Its backward is elementwise,
+        # where an embedding lookup or a gather would scatter E gradients every step (half the epoch's time).
+        scale, bias = self.edge_code_tables()  # [C, d], [C, 1]
+        per_code = (query * key) @ scale.t() / math.sqrt(width) + bias.t()  # [E, C]
+        codes = edge_codes(edge_type, edge_spd, self.edge_scale.num_embeddings, self.spd_scale)  # [E, C]
+        codes = codes.to(per_code.dtype)
+        logits = (per_code * codes).sum(-1)  # [E]
         logits = (logits / temperature).clamp(-self.logit_clip, self.logit_clip)
         # Softmax over each destination's incoming edges. The clip bounds |logit| by c, so exp cannot
         # overflow and the usual per-segment max subtraction (a scatter-max pass) is unnecessary.
@@ -84,3 +106,28 @@ class EstimatorAttention(nn.Module):
         scores = weights / totals.index_select(0, dst)  # [E], sums to 1 per destination
         out = torch.segment_reduce(scores.unsqueeze(-1) * value, "sum", lengths=in_degree)  # [N, d]
         return self.out(out), scores
+
+    def edge_code_tables(self) -> tuple[Tensor, Tensor]:
+        """E and B stacked over codes: edge types first, then SPD buckets 1.. ([C, d], [C, 1])."""
+        if self.spd_scale is None:
+            return self.edge_scale.weight, self.edge_bias.weight
+        scale = torch.cat([self.edge_scale.weight, self.spd_scale])  # [T + B - 1, d]
+        return scale, torch.cat([self.edge_bias.weight, self.spd_bias])  # [T + B - 1, 1]
+
+
+def edge_codes(
+    edge_type: Tensor, edge_spd: Tensor | None, num_edge_types: int, spd_table: Tensor | None
+) -> Tensor:
+    """One-hot codes of each edge's type and, when the model has SPD terms, its SPD bucket.
+
+    Bucket 0 (no distance encoding) has no column, so it adds nothing; without SPD terms or without
+    `edge_spd` the codes are the types alone.
+
+    Shapes:
+        edge_type [*], edge_spd [*] or None -> int64 [*, T] or [*, T + B - 1] (B - 1 = spd_table rows).
+    """
+    codes = F.one_hot(edge_type, num_edge_types)  # [*, T]
+    if spd_table is None or edge_spd is None:
+        return codes
+    spd = F.one_hot(edge_spd, spd_table.shape[0] + 1)[..., 1:]  # [*, B - 1]
+    return torch.cat([codes, spd], dim=-1)  # [*, T + B - 1]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
+
+from sgt_core.models.estimator_attention import edge_codes
 
 # Masked slots get a large finite logit rather than -inf, so a row with no valid neighbour yields
 # zeros (after the mask multiply) instead of NaN.
@@ -27,17 +28,22 @@ class SampledAttention(nn.Module):
     No V normalisation here (that is only for the estimator). Padded slots (nodes with fewer candidates
     than `deg`) are masked out of the softmax.
 
+    With `num_spd_buckets` > 0, a slot whose edge has shortest-path-distance bucket b > 0 (AnchorGT's
+    encoding on anchor and k-hop edges) uses E_t + E^spd_b and B_t + B^spd_b; bucket 0 adds nothing, and
+    E^spd, B^spd start at zero.
+
     Args:
         hidden: feature width D.
         heads: attention heads H (D must divide by H).
         num_edge_types: number of edge types t.
+        num_spd_buckets: SPD buckets b = 0..num_spd_buckets-1 (0 or 1: no SPD terms).
 
     Shapes:
         query_x [Q, D], key_x [K, D], neighbours [Q, deg] (rows of key_x), neighbour_type [Q, deg],
-        neighbour_mask [Q, deg] bool -> [Q, D].
+        neighbour_mask [Q, deg] bool, neighbour_spd [Q, deg] or None -> [Q, D].
     """
 
-    def __init__(self, hidden: int, heads: int, num_edge_types: int) -> None:
+    def __init__(self, hidden: int, heads: int, num_edge_types: int, num_spd_buckets: int = 0) -> None:
         super().__init__()
         if hidden % heads:
             raise ValueError(f"hidden width {hidden} is not divisible by {heads} heads")
@@ -47,6 +53,10 @@ class SampledAttention(nn.Module):
         self.value = nn.Linear(hidden, hidden)
         self.edge_scale = nn.Embedding(num_edge_types, hidden)  # E_t, all heads side by side
         self.edge_bias = nn.Embedding(num_edge_types, heads)  # B_t, one per head
+        # Rows for buckets 1.. only: bucket 0 (no encoding) is a fixed zero.
+        spd_rows = num_spd_buckets - 1
+        self.spd_scale = nn.Parameter(torch.empty(spd_rows, hidden)) if spd_rows > 0 else None  # E^spd_b
+        self.spd_bias = nn.Parameter(torch.empty(spd_rows, heads)) if spd_rows > 0 else None  # B^spd_b
         self.out = nn.Linear(hidden, hidden)
         self.reset_parameters()
 
@@ -55,6 +65,16 @@ class SampledAttention(nn.Module):
             linear.reset_parameters()
         nn.init.ones_(self.edge_scale.weight)
         nn.init.zeros_(self.edge_bias.weight)
+        if self.spd_scale is not None:
+            nn.init.zeros_(self.spd_scale)
+            nn.init.zeros_(self.spd_bias)
+
+    def edge_code_tables(self) -> tuple[Tensor, Tensor]:
+        """E and B stacked over codes: edge types first, then SPD buckets 1.. ([C, D], [C, H])."""
+        if self.spd_scale is None:
+            return self.edge_scale.weight, self.edge_bias.weight
+        scale = torch.cat([self.edge_scale.weight, self.spd_scale])  # [T + B - 1, D]
+        return scale, torch.cat([self.edge_bias.weight, self.spd_bias])  # [T + B - 1, H]
 
     def forward(
         self,
@@ -63,6 +83,7 @@ class SampledAttention(nn.Module):
         neighbours: Tensor,
         neighbour_type: Tensor,
         neighbour_mask: Tensor,
+        neighbour_spd: Tensor | None = None,
     ) -> Tensor:
         num_queries, degree = neighbours.shape
         heads, head_dim = self.heads, self.head_dim
@@ -71,34 +92,47 @@ class SampledAttention(nn.Module):
         # index_select for keys and values together (its backward is far cheaper than x[idx]'s).
         key_value = torch.cat([self.key(key_x), self.value(key_x)], dim=1)  # [K, 2D]
         key, value = key_value.index_select(0, neighbours.flatten()).split(self.hidden, dim=1)  # [Q*deg, D] x2
-        # Edge-type terms through a one-hot matmul instead of an embedding lookup: a dense backward
-        # rather than an embedding backward that sorts all Q * deg type indices every step.
-        own_type = F.one_hot(neighbour_type.flatten(), self.edge_bias.num_embeddings).to(key.dtype)  # [Q*deg, T]
-        key = (key * (own_type @ self.edge_scale.weight)).view(num_queries, degree, heads, head_dim)  # [Q, deg, H, dh]
+        # Edge-type (and SPD) terms through a one-hot matmul instead of an embedding lookup: a dense
+        # backward rather than an embedding backward that sorts all Q * deg type indices every step.
+        scale, bias = self.edge_code_tables()  # [C, D], [C, H]
+        spd = neighbour_spd.flatten() if neighbour_spd is not None else None
+        codes = edge_codes(neighbour_type.flatten(), spd, self.edge_bias.num_embeddings, self.spd_scale)
+        codes = codes.to(key.dtype)  # [Q*deg, C]
+        key = (key * (codes @ scale)).view(num_queries, degree, heads, head_dim)  # [Q, deg, H, dh]
         value = value.view(num_queries, degree, heads, head_dim)  # [Q, deg, H, dh]
         logits = torch.einsum("qhd,qkhd->qkh", query, key) / math.sqrt(head_dim)  # [Q, deg, H]
-        logits = logits + (own_type @ self.edge_bias.weight).view(num_queries, degree, heads)  # [Q, deg, H]
+        logits = logits + (codes @ bias).view(num_queries, degree, heads)  # [Q, deg, H]
         mask = neighbour_mask.unsqueeze(-1)  # [Q, deg, 1]
         attention = torch.softmax(logits.masked_fill(~mask, _MASKED_LOGIT), dim=1) * mask  # [Q, deg, H]
         out = torch.einsum("qkh,qkhd->qhd", attention, value).reshape(num_queries, self.hidden)  # [Q, D]
         return self.out(out)
 
-    def forward_full(self, x: Tensor, edge_index: Tensor, edge_type: Tensor, in_degree: Tensor) -> Tensor:
+    def forward_full(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        edge_type: Tensor,
+        in_degree: Tensor,
+        edge_spd: Tensor | None = None,
+    ) -> Tensor:
         """The same attention over every interaction-graph edge: the Exphormer-style baseline (no sampling).
 
         Sparse, with segment reductions over the destination-sorted edges instead of dense slots.
 
         Shapes:
-            x [N, D], edge_index [2, E] (src, dst) sorted by dst, edge_type [E], in_degree [N] -> [N, D].
+            x [N, D], edge_index [2, E] (src, dst) sorted by dst, edge_type [E], in_degree [N],
+            edge_spd [E] or None -> [N, D].
         """
         src, dst = edge_index
         num_edges, heads, head_dim = src.numel(), self.heads, self.head_dim
         query = self.query(x).index_select(0, dst).view(num_edges, heads, head_dim)  # [E, H, dh]
         key_value = torch.cat([self.key(x), self.value(x)], dim=1)  # [N, 2D]
         key, value = key_value.index_select(0, src).split(self.hidden, dim=1)  # [E, D] x2
-        own_type = F.one_hot(edge_type, self.edge_bias.num_embeddings).to(key.dtype)  # [E, T]
-        key = (key * (own_type @ self.edge_scale.weight)).view(num_edges, heads, head_dim)  # [E, H, dh]
-        logits = (query * key).sum(-1) / math.sqrt(head_dim) + own_type @ self.edge_bias.weight  # [E, H]
+        scale, bias = self.edge_code_tables()  # [C, D], [C, H]
+        codes = edge_codes(edge_type, edge_spd, self.edge_bias.num_embeddings, self.spd_scale)
+        codes = codes.to(key.dtype)  # [E, C]
+        key = (key * (codes @ scale)).view(num_edges, heads, head_dim)  # [E, H, dh]
+        logits = (query * key).sum(-1) / math.sqrt(head_dim) + codes @ bias  # [E, H]
         # per-destination max for a stable softmax; a constant per segment, so no gradient through it
         largest = torch.segment_reduce(logits.detach(), "max", lengths=in_degree)  # [N, H]
         weights = (logits - largest.index_select(0, dst)).exp()  # [E, H]

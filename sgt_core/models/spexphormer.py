@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
+from sgt_core.models.node_encoder import NodeEncoder, NodeExtras
 from sgt_core.models.sampled_attention import SampledAttention
+from sgt_core.models.substructure_encoder import DeepNorm
 
 
 @dataclass(frozen=True)
@@ -19,15 +21,20 @@ class SampledLayer:
         neighbours: int64 [Q, deg] rows of the layer input each query attends to.
         neighbour_type: int64 [Q, deg] edge type of each sampled edge.
         neighbour_mask: bool [Q, deg] False for padding slots.
+        neighbour_spd: int64 [Q, deg] SPD bucket of each sampled edge (0: none), or None when the graph
+            has no SPD encoding.
     """
 
     queries: Tensor
     neighbours: Tensor
     neighbour_type: Tensor
     neighbour_mask: Tensor
+    neighbour_spd: Tensor | None = None
 
     def to(self, device) -> SampledLayer:
-        return SampledLayer(*(t.to(device) for t in (self.queries, self.neighbours, self.neighbour_type, self.neighbour_mask)))
+        spd = self.neighbour_spd.to(device) if self.neighbour_spd is not None else None
+        tensors = (self.queries, self.neighbours, self.neighbour_type, self.neighbour_mask)
+        return SampledLayer(*(t.to(device) for t in tensors), neighbour_spd=spd)
 
 
 @dataclass(frozen=True)
@@ -38,34 +45,77 @@ class FullLayer:
         edge_index: int64 [2, E] (src, dst) sorted by dst.
         edge_type: int64 [E].
         in_degree: int64 [N] incoming edges per node.
+        edge_spd: int64 [E] SPD bucket of each edge, or None.
     """
 
     edge_index: Tensor
     edge_type: Tensor
     in_degree: Tensor
+    edge_spd: Tensor | None = None
 
 
 class SpexphormerLayer(nn.Module):
-    """Sampled attention and a feed-forward block, each with dropout, a residual and batch norm."""
+    """Sampled attention and a feed-forward block, each with dropout and a residual.
 
-    def __init__(self, hidden: int, heads: int, num_edge_types: int, dropout: float) -> None:
+    The residuals are normalised by batch norm (Spexphormer D.1), or with `deepnorm` by DeepNorm
+    (DeepNet, Wang et al., 2022, as used by DeepGraph): x <- LN(alpha * x + G(x)), alpha = (2L)^(1/4),
+    with the value, output and feed-forward weights initialised smaller (beta = (8L)^(-1/4)) so that deep
+    stacks train stably.
+    """
+
+    def __init__(
+        self,
+        hidden: int,
+        heads: int,
+        num_edge_types: int,
+        dropout: float,
+        num_spd_buckets: int = 0,
+        deepnorm: bool = False,
+        num_layers: int = 1,
+    ) -> None:
         super().__init__()
-        self.attention = SampledAttention(hidden, heads, num_edge_types)
+        self.attention = SampledAttention(hidden, heads, num_edge_types, num_spd_buckets)
         self.feed_forward = nn.Sequential(
             nn.Linear(hidden, 2 * hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(2 * hidden, hidden)
         )
         self.dropout = nn.Dropout(dropout)
-        # Batch norm rather than layer norm in the final network (Spexphormer D.1).
-        self.norm_attention = nn.BatchNorm1d(hidden)
-        self.norm_feed_forward = nn.BatchNorm1d(hidden)
+        if deepnorm:
+            self.norm_attention: nn.Module = DeepNorm(hidden, num_layers)
+            self.norm_feed_forward: nn.Module = DeepNorm(hidden, num_layers)
+        else:
+            # Batch norm rather than layer norm in the final network (Spexphormer D.1).
+            self.norm_attention = nn.BatchNorm1d(hidden)
+            self.norm_feed_forward = nn.BatchNorm1d(hidden)
+        self.deepnorm = deepnorm
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.attention.reset_parameters()
+        for module in (*self.feed_forward, self.norm_attention, self.norm_feed_forward):
+            if hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+        if self.deepnorm:
+            # DeepNet's init: queries and keys Xavier with gain 1, the rest of the residual branch gain beta.
+            for linear in (self.attention.query, self.attention.key):
+                nn.init.xavier_normal_(linear.weight)
+                nn.init.zeros_(linear.bias)
+            attention = self.attention
+            for linear in (attention.value, attention.out, self.feed_forward[0], self.feed_forward[3]):
+                self.norm_attention.init_sublayer_(linear)
 
     def forward(self, h: Tensor, layer: SampledLayer | FullLayer) -> Tensor:
         if isinstance(layer, FullLayer):
             query_h = h  # [N, D]
-            attended = self.attention.forward_full(h, layer.edge_index, layer.edge_type, layer.in_degree)
+            attended = self.attention.forward_full(h, layer.edge_index, layer.edge_type, layer.in_degree,
+                                                   layer.edge_spd)
         else:
             query_h = h[layer.queries]  # [Q, D]
-            attended = self.attention(query_h, h, layer.neighbours, layer.neighbour_type, layer.neighbour_mask)
+            attended = self.attention(
+                query_h, h, layer.neighbours, layer.neighbour_type, layer.neighbour_mask, layer.neighbour_spd
+            )
+        if self.deepnorm:
+            h = self.norm_attention(query_h, self.dropout(attended))  # [Q, D]
+            return self.norm_feed_forward(h, self.dropout(self.feed_forward(h)))  # [Q, D]
         h = self.norm_attention(query_h + self.dropout(attended))  # [Q, D]
         return self.norm_feed_forward(h + self.dropout(self.feed_forward(h)))  # [Q, D]
 
@@ -82,10 +132,14 @@ class Spexphormer(nn.Module):
         num_edge_types: edge types of the interaction graph.
         num_node_kinds: node kinds (real, virtual, ...); added nodes get a learned embedding.
         dropout: dropout probability.
+        deepnorm: DeepNorm residuals (DeepGraph) instead of batch norm, for deep stacks.
+        num_spd_buckets: SPD buckets of anchor/k-hop edges (0: no SPD terms), see `SampledAttention`.
+        lpe_eigenpairs, lpe_dim, lpe_layers, lpe_heads: SAN's LPE on the input (0: off), see `NodeEncoder`.
+        token_size, num_token_types: the substructure token encoder (0: no tokens), see `NodeEncoder`.
 
     Shapes:
-        x [N0, F] and node_kind [N0] for the first layer's input rows; `layers` maps them down to the
-        last layer's queries -> logits [Q_L, C].
+        x [N0, F], node_kind [N0] and extras for the first layer's input rows; `layers` maps them down to
+        the last layer's queries -> logits [Q_L, C].
     """
 
     def __init__(
@@ -98,19 +152,34 @@ class Spexphormer(nn.Module):
         num_edge_types: int,
         num_node_kinds: int,
         dropout: float = 0.0,
+        deepnorm: bool = False,
+        num_spd_buckets: int = 0,
+        lpe_eigenpairs: int = 0,
+        lpe_dim: int = 0,
+        lpe_layers: int = 1,
+        lpe_heads: int = 1,
+        token_size: int = 0,
+        num_token_types: int = 0,
     ) -> None:
         super().__init__()
-        self.encoder = nn.Linear(in_features, hidden)
-        self.node_kind_embedding = nn.Embedding(num_node_kinds, hidden)
+        self.encoder = NodeEncoder(in_features, hidden, num_node_kinds, lpe_eigenpairs, lpe_dim, lpe_layers,
+                                   lpe_heads, token_size, num_token_types)
         self.layers = nn.ModuleList(
-            SpexphormerLayer(hidden, heads, num_edge_types, dropout) for _ in range(num_layers)
+            SpexphormerLayer(hidden, heads, num_edge_types, dropout, num_spd_buckets, deepnorm, num_layers)
+            for _ in range(num_layers)
         )
         self.head = nn.Linear(hidden, num_classes)
 
-    def forward(self, x: Tensor, node_kind: Tensor, layers: list[SampledLayer | FullLayer]) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        node_kind: Tensor,
+        layers: list[SampledLayer | FullLayer],
+        extras: NodeExtras | None = None,
+    ) -> Tensor:
         if len(layers) != len(self.layers):
             raise ValueError(f"expected {len(self.layers)} sampled layers, got {len(layers)}")
-        h = self.encoder(x) + self.node_kind_embedding(node_kind)  # [N0, D]
+        h = self.encoder(x, node_kind, extras)  # [N0, D]
         for block, layer in zip(self.layers, layers):
             h = block(h, layer)  # [Q_l, D]
         return self.head(h)  # [Q_L, C]

@@ -116,6 +116,7 @@ def receptive_field_edges(
     generator: np.random.Generator | None = None,
     *,
     max_spd: int = 20,
+    max_anchors_per_node: int | None = None,
 ) -> dict:
     """The anchor and k-hop attention edges of AnchorGT's receptive field R(v), with their SPDs.
 
@@ -127,11 +128,19 @@ def receptive_field_edges(
 
     k-hop edges: (src=u, dst=v) for every non-anchor u with 2 <= SPD(u, v) <= k.
 
-    Cap rule (``max_khop_per_node``), applied per destination v to the k-hop edges only (anchor edges are
-    never dropped, since they carry the global receptive field): nearest first by hop distance, i.e.
+    Cap rule (``max_khop_per_node``), applied per destination v to the k-hop edges only (anchor edges have
+    their own cap, below): nearest first by hop distance, i.e.
     all of v's 2-hop pairs, then 3-hop pairs, ..., and in the shell where the cap falls a uniformly random
     subset drawn from ``generator``. Closer nodes are kept because the local structure is what the k-hop
     part is for; sampling the boundary shell at random avoids a bias towards low node ids.
+
+    Anchor cap (``max_anchors_per_node``, a deviation from AnchorGT, which joins every node to every anchor):
+    per destination v, only its ``max_anchors_per_node`` nearest anchor edges by SPD are kept, ties broken
+    uniformly at random (from ``generator``). On a 100 x 100 king grid with k = 2 the greedy set has ~780
+    anchors, so the uncapped field is ~7.8M anchor edges, far more than the estimator can afford. Nearest
+    first keeps v's closest anchor (with a cap >= 1), which a k-dominating set puts within k hops, so every
+    node still reaches the anchor set in one attention step; anchors at SPD 0 or 1 are v's self and graph
+    edges and do not count against the cap.
 
     Cost: one BFS per anchor (limited to ``max_spd`` hops) and O(N * A) memory for the anchor edges, as in
     AnchorGT; the k-hop search is a row-chunked sparse BFS costing O(sum_v |N_k(v)|). With a cap, a
@@ -147,18 +156,19 @@ def receptive_field_edges(
         max_khop_per_node: at most this many k-hop edges per destination; None keeps all.
         generator: draws the boundary-shell subsets; required when ``max_khop_per_node`` is set.
         max_spd: SPD bucket for anchors farther than this or unreachable; must satisfy k < max_spd <= 32767.
+        max_anchors_per_node: at most this many anchor edges per destination (nearest first); None keeps all.
 
     Returns:
         dict of numpy arrays and stats:
             ``anchor_edge_index`` int64 [2, E_a], ``anchor_spd`` int64 [E_a] (2 .. max_spd),
             ``khop_edge_index`` int64 [2, E_k], ``khop_spd`` int64 [E_k] (2 .. k),
-            ``stats``: ``num_anchors``, ``num_anchor_edges``, ``num_khop_edges``,
+            ``stats``: ``num_anchors``, ``num_anchor_edges`` (after the anchor cap), ``num_khop_edges``,
             ``num_khop_saturated_nodes`` (destinations holding exactly ``max_khop_per_node`` >= 1 k-hop
             edges; 0 without a cap), ``mean_khop_per_node``, ``num_uncovered_nodes`` (nodes farther than
             k from every anchor: 0 for a k-dominating set).
 
     Raises:
-        ConfigError: bad k, max_spd or cap, or a cap without a generator.
+        ConfigError: bad k, max_spd or caps, or a cap without a generator.
         DatasetError: malformed ``edge_index`` or ``anchors``.
     """
     where = "receptive_field_edges"
@@ -177,9 +187,17 @@ def receptive_field_edges(
             raise ConfigError(f"{where}: max_khop_per_node must be >= 0 or None; got {cap}")
         if generator is None:
             raise ConfigError(f"{where}: max_khop_per_node={cap} needs a generator to draw the kept subset")
+    anchor_cap = None if max_anchors_per_node is None else operator.index(max_anchors_per_node)
+    if anchor_cap is not None:
+        if anchor_cap < 0:
+            raise ConfigError(f"{where}: max_anchors_per_node must be >= 0 or None; got {anchor_cap}")
+        if generator is None:
+            raise ConfigError(f"{where}: max_anchors_per_node={anchor_cap} needs a generator for SPD ties")
     anchors = _check_anchors(anchors, n, where)
 
-    anchor_edge_index, anchor_spd, min_anchor_spd = _anchor_edges(adj, anchors, max_spd)
+    anchor_edge_index, anchor_spd, min_anchor_spd = _anchor_edges(
+        adj, anchors, max_spd, anchor_cap, generator
+    )
     is_anchor = np.zeros(n, dtype=bool)
     is_anchor[anchors] = True
     khop_edge_index, khop_spd, saturated = _khop_edges(adj, k, is_anchor, cap, generator)
@@ -202,9 +220,16 @@ def receptive_field_edges(
 
 
 def _anchor_edges(
-    adj: sp.csr_matrix, anchors: np.ndarray, max_spd: int
+    adj: sp.csr_matrix,
+    anchors: np.ndarray,
+    max_spd: int,
+    cap: int | None = None,
+    generator: np.random.Generator | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Anchor edges sorted by (dst, src), their capped SPDs, and every node's SPD to its nearest anchor."""
+    """Anchor edges sorted by (dst, src), their capped SPDs, and every node's SPD to its nearest anchor.
+
+    With `cap`, each destination keeps its `cap` nearest anchors among those with SPD >= 2 (random ties).
+    """
     n = adj.shape[0]
     anchors = np.sort(anchors)
     spd = np.empty((n, anchors.size), dtype=np.int16)  # [n, A]: spd[v, j] = min(SPD(anchors[j], v), max_spd)
@@ -216,9 +241,36 @@ def _anchor_edges(
         spd[:, start : start + sources.size] = np.minimum(dist, max_spd).T  # inf -> max_spd
     min_spd = spd.min(axis=1) if anchors.size else np.full(n, max_spd, dtype=np.int16)  # [n]
     # SPD 0 is the self-pair and SPD 1 a graph edge: both belong to other edge types.
-    dst, col = np.nonzero(spd >= 2)  # row-major, so already sorted by (dst, src) as anchors are sorted
+    keep = spd >= 2  # [n, A]
+    if cap is not None and cap < anchors.size:
+        keep = _nearest_anchors(spd, keep, cap, generator)
+    dst, col = np.nonzero(keep)  # row-major, so already sorted by (dst, src) as anchors are sorted
     edge_index = np.stack([anchors[col], dst.astype(np.int64)])  # [2, E_a]
     return edge_index, spd[dst, col].astype(np.int64), min_spd
+
+
+def _nearest_anchors(
+    spd: np.ndarray, keep: np.ndarray, cap: int, generator: np.random.Generator
+) -> np.ndarray:
+    """Narrows `keep` [n, A] to each row's `cap` smallest-SPD kept entries, ties broken at random.
+
+    Row blocks bound the float scratch; argpartition makes it O(n * A), no full per-row sort.
+    """
+    n, num_anchors = spd.shape
+    narrowed = np.zeros_like(keep)  # [n, A]
+    if cap == 0:
+        return narrowed
+    block = max(1, _SPD_BLOCK_ENTRIES // max(num_anchors, 1))
+    for start in range(0, n, block):
+        rows = slice(start, start + block)
+        # SPD plus a U[0, 1) tie-break: a smaller key is nearer, and equal SPDs are in random order.
+        key = spd[rows].astype(np.float32) + generator.random(spd[rows].shape, dtype=np.float32)  # [b, A]
+        key[~keep[rows]] = np.inf
+        nearest = np.argpartition(key, cap - 1, axis=1)[:, :cap]  # [b, cap] columns of the cap smallest
+        chosen = np.take_along_axis(key, nearest, axis=1) < np.inf  # [b, cap] drops rows' missing entries
+        local_rows = np.broadcast_to(np.arange(nearest.shape[0])[:, None], nearest.shape)
+        narrowed[rows][local_rows[chosen], nearest[chosen]] = True
+    return narrowed
 
 
 def _khop_edges(

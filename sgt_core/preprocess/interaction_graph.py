@@ -1,26 +1,36 @@
 """The typed interaction graph H: the attention pattern both networks attend over (Exphormer section 3.2).
 
-This module needs only torch, so the training stages load graphs without importing PyG or SciPy.
+This module needs only torch (and the NumPy-only substructure vocabulary), so the training stages load
+graphs without importing PyG or SciPy.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
+from sgt_core.preprocess.substructures import SUBSTRUCTURE_TYPES
+
 # Edge-type ids are global and fixed, so embeddings and exported names mean the same thing everywhere.
-EDGE_TYPES: tuple[str, ...] = ("graph", "self", "expander", "virtual")
-# Node kinds: real graph nodes and added ones, which get a learnable embedding instead of features.
-NODE_KINDS: tuple[str, ...] = ("real", "virtual")
+# New types are appended, never inserted, so existing ids keep their meaning.
+EDGE_TYPES: tuple[str, ...] = ("graph", "self", "expander", "virtual", "anchor", "khop", "substructure")
+# Node kinds: real graph nodes and added ones (virtual nodes, substructure tokens), which get a learnable
+# embedding instead of features; tokens also get an encoding of their substructure.
+NODE_KINDS: tuple[str, ...] = ("real", "virtual", "substructure")
+# edge_spd value of edges without a distance encoding (every type but anchor and khop).
+NO_SPD = 0
 INTERACTION_GRAPH_FILE = "interaction_graph.pt"
 
 
 @dataclass(frozen=True)
 class InteractionGraph:
     """A graph's nodes plus the typed attention edges between them.
+
+    Node order: the input graph's nodes, then virtual nodes, then substructure tokens.
 
     Attributes:
         x: float32 [N, F] node features; rows of added nodes are zero.
@@ -30,6 +40,17 @@ class InteractionGraph:
         edge_index: int64 [2, E] (src, dst), sorted by dst then src, so each node's incoming
             edges are one contiguous CSR segment (see `ptr`).
         edge_type: int64 [E] index into EDGE_TYPES.
+        edge_spd: int64 [E] shortest-path-distance bucket of anchor and khop edges (AnchorGT's
+            relative encoding): the SPD itself, 2..max_spd, where max_spd also stands for "farther or
+            unreachable"; NO_SPD (0) on every other edge. Buckets 1 and 0 never meet a real SPD bucket,
+            since an SPD-1 pair is a graph edge and an SPD-0 pair a self edge.
+        num_spd_buckets: rows of an SPD embedding table (max_spd + 1); 0 when no edge has an SPD.
+        token_adjacency: float32 [T, s*s] each substructure token's induced adjacency in degree-ordered
+            DFS order, padded to s x s and flattened (DeepGraph); [0, 0] without tokens.
+        token_type: int64 [T] index into `substructures.SUBSTRUCTURE_TYPES`; token t is node N - T + t.
+        eigenvalues, eigenvectors: float32 [N, m] the m lowest Laplacian eigenpairs of the input graph
+            per node (SAN's LPE input); m = 0 when the LPE is off.
+        eigen_mask: bool [N, m] False on padding (fewer than m eigenpairs) and on every added node's row.
         num_real_nodes: the first `num_real_nodes` rows are the input graph's nodes.
         num_classes: number of label classes.
     """
@@ -42,6 +63,13 @@ class InteractionGraph:
     node_kind: Tensor
     edge_index: Tensor
     edge_type: Tensor
+    edge_spd: Tensor
+    num_spd_buckets: int
+    token_adjacency: Tensor
+    token_type: Tensor
+    eigenvalues: Tensor
+    eigenvectors: Tensor
+    eigen_mask: Tensor
     num_real_nodes: int
     num_classes: int
     stats: dict = field(default_factory=dict)
@@ -55,10 +83,30 @@ class InteractionGraph:
         return int(self.edge_index.shape[1])
 
     @property
+    def num_tokens(self) -> int:
+        return int(self.token_type.shape[0])
+
+    @property
     def ptr(self) -> Tensor:
         """CSR row pointer over destinations: node i's incoming edges are ptr[i]:ptr[i+1]. int64 [N+1]."""
         counts = torch.bincount(self.edge_index[1], minlength=self.num_nodes)
         return torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+
+    def model_input_sizes(self) -> dict[str, int]:
+        """The sizes both networks' constructors take from the graph, as keyword arguments.
+
+        A component that is off gives 0 (no SPD terms, no LPE, no token encoder).
+        """
+        return {
+            "in_features": int(self.x.shape[1]),
+            "num_classes": self.num_classes,
+            "num_edge_types": len(EDGE_TYPES),
+            "num_node_kinds": len(NODE_KINDS),
+            "num_spd_buckets": self.num_spd_buckets,
+            "lpe_eigenpairs": int(self.eigenvalues.shape[1]),
+            "token_size": math.isqrt(self.token_adjacency.shape[1]) if self.num_tokens else 0,
+            "num_token_types": len(SUBSTRUCTURE_TYPES),
+        }
 
     def edge_type_counts(self) -> dict[str, int]:
         counts = torch.bincount(self.edge_type, minlength=len(EDGE_TYPES))

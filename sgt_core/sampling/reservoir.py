@@ -97,11 +97,17 @@ def sample_layer(
     nodes: Tensor | None = None,
     method: str = "reservoir",
     generator: torch.Generator | None = None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Samples one layer for `nodes` (default all): global neighbour ids, edge types and mask, each [Q, deg]."""
+    edge_spd: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor]:
+    """Samples one layer for `nodes` (default all).
+
+    Returns:
+        Global neighbour ids, edge types, SPD buckets (None without `edge_spd`) and mask, each [Q, deg].
+    """
     edges, mask = sample_neighbours(ptr, scores, degree, nodes=nodes, method=method, generator=generator)
     safe_edges = edges.clamp_min(0)  # [Q, deg] masked slots point at edge 0 and are ignored through the mask
-    return edge_index[0][safe_edges], edge_type[safe_edges], mask
+    spd = edge_spd[safe_edges] if edge_spd is not None else None  # [Q, deg]
+    return edge_index[0][safe_edges], edge_type[safe_edges], spd, mask
 
 
 def sample_full_graph_layers(
@@ -113,6 +119,7 @@ def sample_full_graph_layers(
     *,
     method: str = "reservoir",
     generator: torch.Generator | None = None,
+    edge_spd: Tensor | None = None,
 ) -> list[SampledLayer]:
     """Samples every layer's graph for all nodes at once (full-graph training and inference).
 
@@ -122,14 +129,15 @@ def sample_full_graph_layers(
         ptr: int64 [N+1] CSR pointer over dst.
         layer_scores: float [L, E] attention scores of each layer.
         degrees: deg_l per layer.
+        edge_spd: int64 [E] SPD buckets, carried into each slot (None: no SPD encoding).
     """
     all_nodes = torch.arange(ptr.numel() - 1, device=edge_index.device)
     layers = []
     for scores, degree in zip(layer_scores, degrees):
-        neighbours, types, mask = sample_layer(
-            edge_index, edge_type, ptr, scores, degree, method=method, generator=generator
+        neighbours, types, spd, mask = sample_layer(
+            edge_index, edge_type, ptr, scores, degree, method=method, generator=generator, edge_spd=edge_spd
         )
-        layers.append(SampledLayer(all_nodes, neighbours, types, mask))
+        layers.append(SampledLayer(all_nodes, neighbours, types, mask, spd))
     return layers
 
 
@@ -143,6 +151,7 @@ def sample_batch_layers(
     *,
     method: str = "reservoir",
     generator: torch.Generator | None = None,
+    edge_spd: Tensor | None = None,
 ) -> tuple[Tensor, list[SampledLayer]]:
     """Layer-wise neighbourhood sampling for a batch of target nodes (Spexphormer Algorithm 2).
 
@@ -159,8 +168,9 @@ def sample_batch_layers(
     needed = targets  # global ids of the rows layer l must output, V^(l+1)
     layers: list[SampledLayer] = []
     for scores, degree in zip(reversed(layer_scores), reversed(degrees)):
-        neighbours, types, mask = sample_layer(
-            edge_index, edge_type, ptr, scores, degree, nodes=needed, method=method, generator=generator
+        neighbours, types, spd, mask = sample_layer(
+            edge_index, edge_type, ptr, scores, degree, nodes=needed, method=method, generator=generator,
+            edge_spd=edge_spd,
         )
         # Masked slots point at the query itself, so every id below is in the layer's node set.
         neighbours = torch.where(mask, neighbours, needed.unsqueeze(1))  # [Q, deg]
@@ -171,6 +181,7 @@ def sample_batch_layers(
             neighbours=torch.searchsorted(inputs, neighbours),  # [Q, deg]
             neighbour_type=types,
             neighbour_mask=mask,
+            neighbour_spd=spd,
         ))
         needed = inputs
     layers.reverse()
@@ -184,21 +195,28 @@ class LayerSampler:
         edge_index, edge_type, ptr: the interaction graph (CSR over dst), on the target device.
         layer_scores: float [L, E] sampling weights per layer.
         degrees: deg_l per layer.
-        method: "reservoir", "uniform" or "topk".
+        method: "reservoir", "uniform", "topk" or "full".
         generator: torch generator on the same device.
+        edge_spd: int64 [E] SPD buckets carried into the sampled layers (None: no SPD encoding).
     """
 
-    def __init__(self, edge_index, edge_type, ptr, layer_scores, degrees, method, generator) -> None:
-        self.edge_index, self.edge_type, self.ptr = edge_index, edge_type, ptr
+    def __init__(
+        self, edge_index, edge_type, ptr, layer_scores, degrees, method, generator, edge_spd=None
+    ) -> None:
+        self.edge_index, self.edge_type, self.ptr, self.edge_spd = edge_index, edge_type, ptr, edge_spd
         self.layer_scores, self.degrees, self.method, self.generator = layer_scores, list(degrees), method, generator
 
     def full(self) -> list[SampledLayer | FullLayer]:
         if self.method == "full":
             in_degree = self.ptr.diff()
-            return [FullLayer(self.edge_index, self.edge_type, in_degree)] * len(self.degrees)
-        return sample_full_graph_layers(self.edge_index, self.edge_type, self.ptr, self.layer_scores,
-                                        self.degrees, method=self.method, generator=self.generator)
+            return [FullLayer(self.edge_index, self.edge_type, in_degree, self.edge_spd)] * len(self.degrees)
+        return sample_full_graph_layers(
+            self.edge_index, self.edge_type, self.ptr, self.layer_scores, self.degrees,
+            method=self.method, generator=self.generator, edge_spd=self.edge_spd,
+        )
 
     def batch(self, targets: Tensor) -> tuple[Tensor, list[SampledLayer]]:
-        return sample_batch_layers(self.edge_index, self.edge_type, self.ptr, self.layer_scores, self.degrees,
-                                   targets, method=self.method, generator=self.generator)
+        return sample_batch_layers(
+            self.edge_index, self.edge_type, self.ptr, self.layer_scores, self.degrees, targets,
+            method=self.method, generator=self.generator, edge_spd=self.edge_spd,
+        )

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from sgt_core.errors import ConfigError
 from sgt_core.export.scores import SCORES_DIR, read_attention_scores
 from sgt_core.metrics import all_metrics, evaluate, metric_name
-from sgt_core.models import Spexphormer
-from sgt_core.preprocess.interaction_graph import EDGE_TYPES, INTERACTION_GRAPH_FILE, NODE_KINDS, InteractionGraph
+from sgt_core.models import NodeExtras, Spexphormer
+from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE, NODE_KINDS, InteractionGraph
 from sgt_core.sampling import LayerSampler
 from sgt_core.schedules import cosine_with_warmup
 from sgt_core.seeding import seed_everything
@@ -46,19 +46,24 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
     log.info("training the wide network on %s", device)
 
     x, node_kind, y = graph.x.to(device), graph.node_kind.to(device), graph.y.to(device)
+    # The LPE and token inputs per node, and the SPD buckets per edge; None where the component is off.
+    extras = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure")).to(device)
+    edge_spd = graph.edge_spd.to(device) if graph.num_spd_buckets else None
     generator = torch.Generator(device=device).manual_seed(cfg["seed"])
     sampler = LayerSampler(graph.edge_index.to(device), graph.edge_type.to(device), graph.ptr.to(device),
-                           layer_scores.to(device), model_cfg["degrees"], options["sampler"], generator)
+                           layer_scores.to(device), model_cfg["degrees"], options["sampler"], generator,
+                           edge_spd)
     metric = metric_name(graph.num_classes)
     model = Spexphormer(
-        in_features=graph.x.shape[1],
-        num_classes=graph.num_classes,
+        **graph.model_input_sizes(),  # features, classes, edge types, node kinds, SPD, LPE and token sizes
         hidden=model_cfg["hidden"],
         num_layers=model_cfg["num_layers"],
         heads=model_cfg["heads"],
-        num_edge_types=len(EDGE_TYPES),
-        num_node_kinds=len(NODE_KINDS),
         dropout=model_cfg["dropout"],
+        deepnorm=model_cfg["deepnorm"],
+        lpe_dim=model_cfg["lpe_dim"],
+        lpe_layers=model_cfg["lpe_layers"],
+        lpe_heads=model_cfg["lpe_heads"],
     ).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=options["lr"], weight_decay=options["weight_decay"])
     scheduler = cosine_with_warmup(optimizer, options["warmup_epochs"], options["epochs"])
@@ -76,11 +81,11 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
     def predict(nodes: torch.Tensor) -> torch.Tensor:
         """Logits [len(nodes), C] with freshly sampled layers: one full-graph pass or Algorithm 2 batches."""
         if batch_size is None:
-            return model(x, node_kind, sampler.full())[nodes]
+            return model(x, node_kind, sampler.full(), extras)[nodes]
         outputs = []
         for chunk in nodes.split(batch_size):
             input_nodes, layers = sampler.batch(chunk)
-            outputs.append(model(x[input_nodes], node_kind[input_nodes], layers))
+            outputs.append(model(x[input_nodes], node_kind[input_nodes], layers, extras.select(input_nodes)))
         return torch.cat(outputs)
 
     def train_step(nodes: torch.Tensor) -> float:

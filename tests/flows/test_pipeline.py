@@ -97,3 +97,16 @@ def test_changed_estimator_option_reruns_estimate_and_after(pipeline):
     hits = {name: stage["cache_hit"] for name, stage in changed["stages"].items()}
     assert hits == {"preprocess": True, "estimate": False, "export": False, "train": False}
     assert changed["keys"]["preprocess"] == first["keys"]["preprocess"]
+
+
+def test_multirun_over_seeds_summarises(prefect_server, tmp_path, capsys):
+    from flows.cli import main
+
+    root = tmp_path / "artifacts"
+    assert main(["run", "-m", *TINY_OVERRIDES, f"paths.artifacts={root}", "mlflow.tracking_uri=null", "seed=0,1"]) == 0
+    out = capsys.readouterr().out
+    assert "summary over seeds (mean ± std):" in out and "[2 runs]" in out and "test_roc_auc = " in out
+    client = MlflowClient(f"sqlite:///{root.resolve() / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("sgt-minesweeper")
+    parents = client.search_runs([experiment.experiment_id], "tags.`sgt.stage` = 'pipeline'")
+    assert sorted(run.data.params["seed"] for run in parents) == ["0", "1"]

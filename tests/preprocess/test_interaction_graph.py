@@ -41,12 +41,17 @@ def test_edge_type_counts():
         "self": n + virtual,
         "expander": n * degree,
         "virtual": 2 * n * virtual,
+        "anchor": 0,
+        "khop": 0,
+        "substructure": 0,
     }
 
 
 def test_components_switch_off():
     interaction_graph = build(path_graph(10), self_loops=False, expander_degree=None, virtual_nodes=0)
-    assert interaction_graph.edge_type_counts() == {"graph": 18, "self": 0, "expander": 0, "virtual": 0}
+    assert interaction_graph.edge_type_counts() == {
+        "graph": 18, "self": 0, "expander": 0, "virtual": 0, "anchor": 0, "khop": 0, "substructure": 0
+    }
 
 
 def test_sorted_by_destination_without_duplicate_pairs():

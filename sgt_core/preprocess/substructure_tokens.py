@@ -1,0 +1,122 @@
+"""Substructure tokens for the interaction graph: matched, coverage-sampled and encoded (DeepGraph).
+
+DeepGraph (Zhao et al., "Are More Layers Beneficial to Graph Transformers?", ICLR 2023) adds one token
+node per sampled substructure; `sgt_core.preprocess.builder` joins each token both ways to its member
+nodes (edge type `substructure`). This module runs the data side once per graph, from `substructures.py`:
+
+    match_substructures -> coverage_balanced_sample -> dfs_adjacency_encodings
+
+and keeps the result as a preprocessing artifact (`SUBSTRUCTURES_FILE`), so it is computed once per
+preprocess cache key and can be inspected without re-running the matcher.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from sgt_core.errors import ConfigError
+from sgt_core.preprocess.substructures import (
+    DEFAULT_SUBSTRUCTURE_CAPS,
+    SUBSTRUCTURE_TYPES,
+    Substructures,
+    coverage_balanced_sample,
+    dfs_adjacency_encodings,
+    match_substructures,
+)
+
+__all__ = ["SUBSTRUCTURES_FILE", "SubstructureOptions", "SubstructureTokens", "sample_substructure_tokens"]
+
+SUBSTRUCTURES_FILE = "substructures.npz"
+
+
+@dataclass(frozen=True)
+class SubstructureOptions:
+    """The `preprocess.substructures` config group, minus `enabled`.
+
+    Attributes:
+        threshold: coverage target: sample until every node lies in `threshold` tokens, or none is left.
+        max_size: side s of the padded DFS adjacency matrix (larger instances keep their first s DFS nodes).
+        types: type name -> cap (most candidates matched); 0 or absent switches a type off, None keeps all.
+    """
+
+    threshold: int = 2
+    max_size: int = 16
+    types: Mapping[str, int | None] = field(default_factory=lambda: dict(DEFAULT_SUBSTRUCTURE_CAPS))
+
+    def __post_init__(self) -> None:
+        if self.threshold < 0:
+            raise ConfigError(f"preprocess.substructures.threshold={self.threshold}: must be >= 0")
+        if self.max_size < 1:
+            raise ConfigError(f"preprocess.substructures.max_size={self.max_size}: must be >= 1")
+
+
+@dataclass(frozen=True, eq=False)
+class SubstructureTokens:
+    """The sampled substructures of one graph, ready to become token nodes.
+
+    Attributes:
+        selection: the sampled instances, token t = instance t (members are input-graph node ids).
+        adjacency: float32 [T, s*s] DFS-ordered induced adjacency of each instance, flattened.
+        candidate_counts: matched instances per type, before sampling.
+    """
+
+    selection: Substructures
+    adjacency: np.ndarray
+    candidate_counts: dict[str, int]
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.selection)
+
+    def stats(self) -> dict[str, int]:
+        """Token count, and candidates and tokens per type (types with candidates only)."""
+        stats = {"num_tokens": self.num_tokens}
+        picked = self.selection.type_counts()
+        for name in SUBSTRUCTURE_TYPES:
+            if self.candidate_counts.get(name, 0):
+                stats[f"candidates_{name}"] = self.candidate_counts[name]
+                stats[f"tokens_{name}"] = picked[name]
+        return stats
+
+    def save(self, path: Path) -> None:
+        np.savez_compressed(
+            path,
+            members=self.selection.members,
+            ptr=self.selection.ptr,
+            type_id=self.selection.type_id,
+            adjacency=self.adjacency,
+            candidate_counts=np.array([self.candidate_counts.get(n, 0) for n in SUBSTRUCTURE_TYPES]),
+            type_names=np.array(SUBSTRUCTURE_TYPES),
+        )
+
+    @classmethod
+    def load(cls, path: Path) -> SubstructureTokens:
+        with np.load(path) as data:
+            selection = Substructures(members=data["members"], ptr=data["ptr"], type_id=data["type_id"])
+            counts = dict(zip(data["type_names"].tolist(), data["candidate_counts"].tolist()))
+            return cls(selection=selection, adjacency=data["adjacency"], candidate_counts=counts)
+
+
+def sample_substructure_tokens(
+    edge_index: np.ndarray, num_nodes: int, options: SubstructureOptions, generator: np.random.Generator
+) -> SubstructureTokens:
+    """Matches the vocabulary, samples with coverage balancing, and encodes each sampled instance.
+
+    Args:
+        edge_index: int [2, E] input-graph edges (symmetrised, loops ignored).
+        num_nodes: input-graph nodes n.
+        options: caps, coverage threshold and encoding size.
+        generator: the only source of randomness (matching order, walks, sampling ties).
+    """
+    # A hop2 instance holds at most max_size nodes, so its encoding is never truncated.
+    candidates = match_substructures(
+        edge_index, num_nodes, types=dict(options.types), generator=generator, hop2_max_size=options.max_size
+    )
+    picks = coverage_balanced_sample(candidates, num_nodes, options.threshold, generator)
+    selection = candidates.select(picks)
+    adjacency = dfs_adjacency_encodings(selection, edge_index, num_nodes, options.max_size)  # [T, s*s]
+    return SubstructureTokens(selection, adjacency, candidates.type_counts())

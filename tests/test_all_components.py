@@ -1,0 +1,81 @@
+"""The `all_components` preset end to end on a small grid: all seven edge types reach the exported scores."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from sgt_core.config import compose_config
+from sgt_core.errors import ConfigError
+from sgt_core.export.scores import SCORES_DIR, scores_glob
+from sgt_core.pipeline import STAGES
+from sgt_core.preprocess.interaction_graph import EDGE_TYPES, INTERACTION_GRAPH_FILE, InteractionGraph
+from sgt_core.preprocess.substructure_tokens import SUBSTRUCTURES_FILE
+from tests.conftest import TINY_OVERRIDES
+
+PRESET = ["+experiment=all_components", *TINY_OVERRIDES]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("all_components")
+    cfg = compose_config(PRESET)
+    outputs, metrics = {}, {}
+    for stage in STAGES:
+        outputs[stage.name] = root / stage.name
+        outputs[stage.name].mkdir()
+        metrics[stage.name] = stage.run(cfg, {name: outputs[name] for name in stage.upstream}, outputs[stage.name])
+    return cfg, outputs, metrics
+
+
+def test_preset_switches_every_component_on():
+    preprocess = compose_config(PRESET)["preprocess"]
+    assert preprocess["expander"]["enabled"] and preprocess["virtual_nodes"] == 1
+    assert all(preprocess[name]["enabled"] for name in ("anchors", "substructures", "lpe"))
+    assert preprocess["anchors"]["max_anchors_per_node"] is not None  # the uncapped field is too large
+
+
+def test_exported_scores_hold_all_seven_edge_types(run):
+    _, outputs, _ = run
+    files = scores_glob(outputs["export"] / SCORES_DIR)
+    with duckdb.connect() as con:
+        types = {row[0] for row in con.execute(
+            f"SELECT DISTINCT CAST(edge_type AS VARCHAR) FROM read_parquet('{files}')").fetchall()}
+        worst = con.execute(
+            f"SELECT MAX(ABS(total - 1)) FROM (SELECT layer, dst, SUM(score) AS total "
+            f"FROM read_parquet('{files}') GROUP BY layer, dst)").fetchone()[0]
+        layers = con.execute(f"SELECT COUNT(DISTINCT layer) FROM read_parquet('{files}')").fetchone()[0]
+    assert types == set(EDGE_TYPES)
+    assert worst < 1e-4
+    assert layers == 2
+
+
+def test_preprocess_reports_anchor_khop_and_token_counts(run):
+    _, outputs, metrics = run
+    stats = metrics["preprocess"]
+    assert stats["num_anchors"] > 0 and stats["num_khop_edges"] > 0 and stats["num_tokens"] > 0
+    assert any(name.startswith("tokens_") for name in stats)
+    graph = InteractionGraph.load(outputs["preprocess"] / INTERACTION_GRAPH_FILE)
+    counts = graph.edge_type_counts()
+    assert stats["num_khop_edges"] == counts["khop"] and stats["num_anchor_edges"] == counts["anchor"]
+    assert stats["num_tokens"] == graph.num_tokens
+    assert (outputs["preprocess"] / SUBSTRUCTURES_FILE).is_file()  # the cached substructures
+
+
+def test_both_networks_train_with_every_component(run):
+    _, _, metrics = run
+    assert 0.0 <= metrics["estimate"]["test_roc_auc"] <= 1.0
+    assert 0.0 <= metrics["train"]["test_roc_auc"] <= 1.0
+    assert all(f"mass_{name}_layer_0" in metrics["export"] for name in EDGE_TYPES)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("preprocess.anchors.max_spd=2", "max_spd"),
+    ("preprocess.anchors.max_anchors_per_node=-1", "max_anchors_per_node"),
+    ("+preprocess.substructures.types.hexagon=3", "unknown types hexagon"),
+    ("preprocess.lpe.m=0", "preprocess.lpe.m"),
+    ("model.lpe_heads=3", "lpe_heads"),
+])
+def test_bad_component_values_fail_before_anything_runs(override, message):
+    with pytest.raises(ConfigError, match=message):
+        compose_config([*PRESET, override])
