@@ -38,6 +38,7 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
         lpe_dim=options["lpe_dim"],
         lpe_layers=options["lpe_layers"],
         lpe_heads=options["lpe_heads"],
+        memory_efficient=options["memory_efficient"],
     )
     # SPD buckets of anchor/k-hop edges and the LPE / token inputs; None where the component is off.
     edge_spd = graph.edge_spd if graph.num_spd_buckets else None

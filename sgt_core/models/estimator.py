@@ -12,10 +12,16 @@ class EstimatorLayer(nn.Module):
     """Attention and a feed-forward block, each with a residual and (optionally) a pre-norm layer norm."""
 
     def __init__(
-        self, width: int, num_edge_types: int, layer_norm: bool, logit_clip: float, num_spd_buckets: int = 0
+        self,
+        width: int,
+        num_edge_types: int,
+        layer_norm: bool,
+        logit_clip: float,
+        num_spd_buckets: int = 0,
+        memory_efficient: bool = False,
     ) -> None:
         super().__init__()
-        self.attention = EstimatorAttention(width, num_edge_types, logit_clip, num_spd_buckets)
+        self.attention = EstimatorAttention(width, num_edge_types, logit_clip, num_spd_buckets, memory_efficient)
         self.feed_forward = nn.Sequential(nn.Linear(width, 2 * width), nn.ReLU(), nn.Linear(2 * width, width))
         # Layer norm keeps the scores meaningful across layers (Spexphormer D.1); an ablation removes it.
         self.norm_attention = nn.LayerNorm(width) if layer_norm else nn.Identity()
@@ -81,12 +87,13 @@ class AttentionScoreEstimator(nn.Module):
         lpe_heads: int = 1,
         token_size: int = 0,
         num_token_types: int = 0,
+        memory_efficient: bool = False,
     ) -> None:
         super().__init__()
         self.encoder = NodeEncoder(in_features, width, num_node_kinds, lpe_eigenpairs, lpe_dim, lpe_layers,
                                    lpe_heads, token_size, num_token_types)
         self.layers = nn.ModuleList(
-            EstimatorLayer(width, num_edge_types, layer_norm, logit_clip, num_spd_buckets)
+            EstimatorLayer(width, num_edge_types, layer_norm, logit_clip, num_spd_buckets, memory_efficient)
             for _ in range(num_layers)
         )
         self.final_norm = nn.LayerNorm(width) if layer_norm else nn.Identity()

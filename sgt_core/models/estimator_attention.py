@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from sgt_core.models.fused_edge_attention import fused_edge_attention
 
 # exp(30) times a million edges stays far inside float32's range, which the max-free softmax relies on.
 MAX_LOGIT_CLIP = 30.0
@@ -35,6 +36,8 @@ class EstimatorAttention(nn.Module):
         num_edge_types: number of edge types t (size of E and B).
         logit_clip: c, the clipping bound on the tempered logits.
         num_spd_buckets: SPD buckets b = 0..num_spd_buckets-1 (0 or 1: no SPD terms).
+        memory_efficient: compute through `fused_edge_attention`, which keeps 5 bytes per edge for the
+            backward pass instead of ~200 (about 2x less peak memory on large graphs, ~1.5x the time).
 
     Shapes:
         x [N, d], edge_index [2, E] (src, dst) sorted by dst, edge_type [E], edge_spd [E] or None
@@ -42,9 +45,15 @@ class EstimatorAttention(nn.Module):
     """
 
     def __init__(
-        self, width: int, num_edge_types: int, logit_clip: float = 8.0, num_spd_buckets: int = 0
+        self,
+        width: int,
+        num_edge_types: int,
+        logit_clip: float = 8.0,
+        num_spd_buckets: int = 0,
+        memory_efficient: bool = False,
     ) -> None:
         super().__init__()
+        self.memory_efficient = memory_efficient
         if not 0 < logit_clip <= MAX_LOGIT_CLIP:
             raise ValueError(f"logit_clip must be in (0, {MAX_LOGIT_CLIP}], got {logit_clip}")
         self.width = width
@@ -85,6 +94,8 @@ class EstimatorAttention(nn.Module):
         # Edges come sorted by destination (InteractionGraph's CSR order), so per-destination sums are
         # segment reductions: no atomics, and about 9x faster than index_add_ forward and backward.
         in_degree = torch.bincount(dst, minlength=num_nodes)  # [N]
+        if self.memory_efficient:
+            return self._forward_fused(x, edge_index, edge_type, edge_spd, in_degree, temperature)
         query = self.query(x).index_select(0, dst)  # [E, d]
         value = self.value_scale * F.normalize(self.value(x), dim=-1)  # [N, d]
         # One gather for keys and values together: the random-order gather is the costly one.
@@ -105,6 +116,25 @@ class EstimatorAttention(nn.Module):
         totals = torch.segment_reduce(weights, "sum", lengths=in_degree)  # [N]
         scores = weights / totals.index_select(0, dst)  # [E], sums to 1 per destination
         out = torch.segment_reduce(scores.unsqueeze(-1) * value, "sum", lengths=in_degree)  # [N, d]
+        return self.out(out), scores
+
+    def _forward_fused(self, x, edge_index, edge_type, edge_spd, in_degree, temperature) -> tuple[Tensor, Tensor]:
+        """The same attention through the fused kernel: one code per edge, type * buckets + bucket."""
+        value = self.value_scale * F.normalize(self.value(x), dim=-1)  # [N, d]
+        scale, bias = self.edge_scale.weight, self.edge_bias.weight  # [T, d], [T, 1]
+        code = edge_type
+        if self.spd_scale is not None and edge_spd is not None:
+            # bucket 0 adds nothing: pad a zero row, then every (type, bucket) pair gets E_t + E_b, B_t + B_b
+            spd_scale = torch.cat([self.spd_scale.new_zeros(1, self.width), self.spd_scale])  # [B, d]
+            spd_bias = torch.cat([self.spd_bias.new_zeros(1, 1), self.spd_bias])  # [B, 1]
+            buckets = spd_scale.shape[0]
+            scale = (scale[:, None] + spd_scale[None]).reshape(-1, self.width)  # [T * B, d]
+            bias = (bias[:, None] + spd_bias[None]).reshape(-1, 1)  # [T * B, 1]
+            code = edge_type * buckets + edge_spd
+        out, scores = fused_edge_attention(
+            self.query(x), self.key(x), value, scale, bias.squeeze(1), edge_index, code, in_degree,
+            temperature, self.logit_clip,
+        )
         return self.out(out), scores
 
     def edge_code_tables(self) -> tuple[Tensor, Tensor]:

@@ -38,6 +38,7 @@ import scipy.sparse as sp
 from scipy.sparse import csgraph
 
 from sgt_core.errors import ConfigError, DatasetError
+from sgt_core.preprocess.adjacency import simple_adjacency
 
 __all__ = ["k_dominating_set", "receptive_field_edges"]
 
@@ -82,7 +83,7 @@ def k_dominating_set(
         ConfigError: k < 1.
         DatasetError: ``edge_index`` is malformed or names nodes outside ``[0, num_nodes)``.
     """
-    adj = _adjacency(edge_index, num_nodes, "k_dominating_set")
+    adj = simple_adjacency(edge_index, num_nodes, "k_dominating_set")
     k = _check_k(k, "k_dominating_set")
     n = adj.shape[0]
     indptr = adj.indptr.astype(np.int64, copy=False)
@@ -172,7 +173,7 @@ def receptive_field_edges(
         DatasetError: malformed ``edge_index`` or ``anchors``.
     """
     where = "receptive_field_edges"
-    adj = _adjacency(edge_index, num_nodes, where)
+    adj = simple_adjacency(edge_index, num_nodes, where)
     n = adj.shape[0]
     k = _check_k(k, where)
     max_spd = operator.index(max_spd)
@@ -410,30 +411,6 @@ def _neighbours(indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray) -> n
     run_start = np.cumsum(counts) - counts
     positions = np.repeat(starts - run_start, counts) + np.arange(int(counts.sum()))
     return indices[positions]
-
-
-def _adjacency(edge_index: np.ndarray, num_nodes: int, where: str) -> sp.csr_matrix:
-    """Symmetric binary float32 CSR adjacency without self-loops, after validating the input."""
-    n = operator.index(num_nodes)
-    if n < 0:
-        raise DatasetError(f"{where}: num_nodes must be >= 0; got {n}")
-    ei = np.asarray(edge_index)
-    if ei.ndim != 2 or ei.shape[0] != 2:
-        raise DatasetError(f"{where}: edge_index must have shape [2, E]; got {ei.shape}")
-    if ei.size and not np.issubdtype(ei.dtype, np.integer):
-        raise DatasetError(f"{where}: edge_index must hold integers; got dtype {ei.dtype}")
-    ei = ei.astype(np.int64, copy=False)
-    if ei.size and (ei.min() < 0 or ei.max() >= n):
-        raise DatasetError(
-            f"{where}: edge_index names node ids in [{ei.min()}, {ei.max()}], outside [0, {n}) "
-            f"for num_nodes={n}"
-        )
-    src, dst = ei[:, ei[0] != ei[1]]
-    adj = sp.csr_matrix((np.ones(src.size, dtype=np.float32), (src, dst)), shape=(n, n))
-    adj = (adj + adj.T).tocsr()  # both directions; duplicates summed
-    adj.sum_duplicates()
-    adj.data[:] = 1.0
-    return adj
 
 
 def _check_k(k: int, where: str) -> int:

@@ -25,7 +25,8 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from scipy.sparse import csgraph
 
-from sgt_core.errors import ConfigError, DatasetError
+from sgt_core.errors import ConfigError
+from sgt_core.preprocess.adjacency import simple_adjacency
 
 __all__ = ["laplacian_eigenpairs", "normalized_laplacian"]
 
@@ -120,25 +121,8 @@ def _laplacian_and_degree(
     edge_index: np.ndarray, num_nodes: int, where: str
 ) -> tuple[sp.csr_matrix, np.ndarray]:
     """The normalised Laplacian and the degrees (distinct neighbours, float64 [n]), after validation."""
-    n = operator.index(num_nodes)
-    if n < 0:
-        raise DatasetError(f"{where}: num_nodes must be >= 0; got {n}")
-    ei = np.asarray(edge_index)
-    if ei.ndim != 2 or ei.shape[0] != 2:
-        raise DatasetError(f"{where}: edge_index must have shape [2, E]; got {ei.shape}")
-    if ei.size and not np.issubdtype(ei.dtype, np.integer):
-        raise DatasetError(f"{where}: edge_index must hold integers; got dtype {ei.dtype}")
-    ei = ei.astype(np.int64, copy=False)
-    if ei.size and (ei.min() < 0 or ei.max() >= n):
-        raise DatasetError(
-            f"{where}: edge_index names node ids in [{ei.min()}, {ei.max()}], outside [0, {n}) "
-            f"for num_nodes={n}"
-        )
-    src, dst = ei[:, ei[0] != ei[1]]
-    adj = sp.csr_matrix((np.ones(src.size), (src, dst)), shape=(n, n))
-    adj = (adj + adj.T).tocsr()  # both directions; duplicates summed
-    adj.sum_duplicates()
-    adj.data[:] = 1.0
+    adj = simple_adjacency(edge_index, num_nodes, where).astype(np.float64)
+    n = adj.shape[0]
     degree = np.diff(adj.indptr).astype(np.float64)  # [n]
     inv_sqrt = np.zeros(n)
     np.divide(1.0, np.sqrt(degree), out=inv_sqrt, where=degree > 0)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sgt_core.errors import ConfigError, DatasetError
+from sgt_core.preprocess.adjacency import simple_adjacency
 
 __all__ = [
     "CYCLE_SIZES",
@@ -139,24 +140,8 @@ class Substructures:
 
 def _simple_csr(edge_index: np.ndarray, num_nodes: int, where: str) -> tuple[np.ndarray, np.ndarray]:
     """(indptr [n+1], indices [E']) of the simple undirected graph: symmetrised, no loops, no repeats."""
-    ei = np.asarray(edge_index)
-    if ei.ndim != 2 or ei.shape[0] != 2:
-        raise DatasetError(f"{where}: edge_index must have shape [2, E]; got {ei.shape}")
-    if ei.size and not np.issubdtype(ei.dtype, np.integer):
-        raise DatasetError(f"{where}: edge_index must hold integers; got dtype {ei.dtype}")
-    ei = ei.astype(np.int64, copy=False)
-    if ei.size and (int(ei.min()) < 0 or int(ei.max()) >= num_nodes):
-        raise DatasetError(
-            f"{where}: edge_index names node ids in [{int(ei.min())}, {int(ei.max())}], outside "
-            f"[0, {num_nodes})"
-        )
-    src = np.concatenate([ei[0], ei[1]])
-    dst = np.concatenate([ei[1], ei[0]])
-    keep = src != dst
-    keys = np.unique(src[keep] * num_nodes + dst[keep])  # sorted by (src, dst)
-    src, dst = keys // num_nodes, keys % num_nodes
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=num_nodes))]).astype(np.int64)
-    return indptr, dst
+    adj = simple_adjacency(edge_index, num_nodes, where)
+    return adj.indptr.astype(np.int64), adj.indices.astype(np.int64)
 
 
 def _edge_keys(edge_index: np.ndarray, num_nodes: int, where: str) -> np.ndarray:

@@ -59,3 +59,25 @@ def test_gradcheck():
     assert torch.autograd.gradcheck(
         lambda *t: fused_edge_attention(*t, edge_index, code, in_degree, 0.7, 8.0), tensors
     )
+
+
+def test_memory_efficient_estimator_attention_matches_the_plain_one():
+    from sgt_core.models import EstimatorAttention
+
+    torch.manual_seed(1)
+    edge_index, code, in_degree = graph()
+    edge_type, edge_spd = code, torch.randint(0, 4, code.shape)
+    plain = EstimatorAttention(width=4, num_edge_types=3, num_spd_buckets=4)
+    with torch.no_grad():
+        for parameter in (plain.edge_scale.weight, plain.edge_bias.weight, plain.spd_scale, plain.spd_bias):
+            parameter.normal_()
+    fused = EstimatorAttention(width=4, num_edge_types=3, num_spd_buckets=4, memory_efficient=True)
+    fused.load_state_dict(plain.state_dict())
+    x = torch.randn(7, 4)
+    out, scores = plain(x, edge_index, edge_type, 0.5, edge_spd)
+    fused_out, fused_scores = fused(x, edge_index, edge_type, 0.5, edge_spd)
+    assert torch.allclose(out, fused_out, atol=1e-5) and torch.allclose(scores, fused_scores, atol=1e-6)
+    out.square().sum().backward()
+    fused_out.square().sum().backward()
+    for (name, a), b in zip(plain.named_parameters(), fused.parameters()):
+        assert torch.allclose(a.grad, b.grad, atol=1e-4), name

@@ -8,7 +8,11 @@ import torch
 
 from sgt_core.preprocess.builder import AnchorOptions, build_interaction_graph
 from sgt_core.preprocess.interaction_graph import EDGE_TYPES, NO_SPD, NODE_KINDS, InteractionGraph
-from sgt_core.preprocess.substructure_tokens import SubstructureOptions, SubstructureTokens, sample_substructure_tokens
+from sgt_core.preprocess.substructure_tokens import (
+    SubstructureOptions,
+    SubstructureTokens,
+    sample_substructure_tokens,
+)
 from tests.preprocess.test_interaction_graph import path_graph
 
 BASE = dict(self_loops=True, expander_degree=4, ramanujan_slack=0.5, expander_max_tries=50, virtual_nodes=2, seed=0)
