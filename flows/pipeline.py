@@ -25,11 +25,12 @@ log = logging.getLogger("sgt")
 _STAGE_ARTIFACTS = {"estimate": [ESTIMATOR_FILE], "export": [SCORES_DIR], "train": [MODEL_FILE]}
 
 
-def _run_stage(name: str, cfg: dict, keys: dict[str, str], force: bool, parent_run_id: str) -> dict:
+def _run_stage(
+    name: str, cfg: dict, keys: dict[str, str], force: bool, parent_run_id: str, tracker: Tracker
+) -> dict:
     """Runs (or reuses) one stage and records it as a child MLflow run; returns the stage's metrics."""
     stage, key = STAGE_BY_NAME[name], keys[name]
     store = ArtifactStore(cfg["paths"]["artifacts"])
-    tracker = Tracker(cfg)
     cache_hit = store.is_complete(name, key) and not force
     params = {section: cfg[section] for section in stage.config_sections}
     run_id = tracker.start_stage(parent_run_id, name, key, cache_hit, params)
@@ -87,7 +88,7 @@ def sgt_pipeline(overrides: list[str] | None = None) -> dict:
     try:
         for index, stage in enumerate(STAGES):
             results[stage.name] = STAGE_TASKS[stage.name](
-                stage.name, cfg, keys, index >= force_from, parent_run_id
+                stage.name, cfg, keys, index >= force_from, parent_run_id, tracker
             )
         train_metrics = results["train"]["metrics"]
         summary = {k: v for k, v in train_metrics.items() if k.startswith(("val_", "test_"))}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -29,6 +30,7 @@ def file_fingerprint(path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+@functools.cache
 def code_version(*packages: str) -> str:
     """Hash of the Python sources of `packages` (sub-packages of sgt_core), part of every cache key."""
     root = Path(__file__).resolve().parent

@@ -88,12 +88,14 @@ class EstimatorAttention(nn.Module):
         edge_type: Tensor,
         temperature: float = 1.0,
         edge_spd: Tensor | None = None,
+        in_degree: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         src, dst = edge_index
         num_nodes, width = x.shape
         # Edges come sorted by destination (InteractionGraph's CSR order), so per-destination sums are
         # segment reductions: no atomics, and about 9x faster than index_add_ forward and backward.
-        in_degree = torch.bincount(dst, minlength=num_nodes)  # [N]
+        if in_degree is None:  # callers with several layers over one graph pass it in once
+            in_degree = torch.bincount(dst, minlength=num_nodes)  # [N]
         if self.memory_efficient:
             return self._forward_fused(x, edge_index, edge_type, edge_spd, in_degree, temperature)
         query = self.query(x).index_select(0, dst)  # [E, d]

@@ -182,18 +182,8 @@ def receptive_field_edges(
             f"{where}: max_spd must satisfy k < max_spd <= {_MAX_SPD_LIMIT} (anchors beyond k hops must stay "
             f"distinguishable from k-hop ones); got max_spd={max_spd} with k={k}"
         )
-    cap = None if max_khop_per_node is None else operator.index(max_khop_per_node)
-    if cap is not None:
-        if cap < 0:
-            raise ConfigError(f"{where}: max_khop_per_node must be >= 0 or None; got {cap}")
-        if generator is None:
-            raise ConfigError(f"{where}: max_khop_per_node={cap} needs a generator to draw the kept subset")
-    anchor_cap = None if max_anchors_per_node is None else operator.index(max_anchors_per_node)
-    if anchor_cap is not None:
-        if anchor_cap < 0:
-            raise ConfigError(f"{where}: max_anchors_per_node must be >= 0 or None; got {anchor_cap}")
-        if generator is None:
-            raise ConfigError(f"{where}: max_anchors_per_node={anchor_cap} needs a generator for SPD ties")
+    cap = _check_cap(max_khop_per_node, "max_khop_per_node", "to draw the kept subset", generator, where)
+    anchor_cap = _check_cap(max_anchors_per_node, "max_anchors_per_node", "for SPD ties", generator, where)
     anchors = _check_anchors(anchors, n, where)
 
     anchor_edge_index, anchor_spd, min_anchor_spd = _anchor_edges(
@@ -411,6 +401,18 @@ def _neighbours(indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray) -> n
     run_start = np.cumsum(counts) - counts
     positions = np.repeat(starts - run_start, counts) + np.arange(int(counts.sum()))
     return indices[positions]
+
+
+def _check_cap(value, name: str, purpose: str, generator, where: str) -> int | None:
+    """A per-node cap: None (no cap) or an int >= 0; a cap needs the generator to break ties."""
+    if value is None:
+        return None
+    cap = operator.index(value)
+    if cap < 0:
+        raise ConfigError(f"{where}: {name} must be >= 0 or None; got {cap}")
+    if generator is None:
+        raise ConfigError(f"{where}: {name}={cap} needs a generator {purpose}")
+    return cap
 
 
 def _check_k(k: int, where: str) -> int:
