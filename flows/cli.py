@@ -1,4 +1,4 @@
-"""The `sgt` command: run the pipeline and inspect its attention scores."""
+"""The `sgt` command: run the pipeline, inspect its stages and runs, and summarise attention scores."""
 
 from __future__ import annotations
 
@@ -23,7 +23,47 @@ Arguments are Hydra overrides, for example:
 SCORES_HELP = """\
 Prints, through DuckDB over the exported Parquet files, the attention mass per edge type and the mean
 per-node entropy of every layer. Overrides select the run (the export artifact of that config);
---path points at a scores folder directly.
+--path points at a scores folder directly. Examples:
+  sgt scores                                # scores of the default configuration
+  sgt scores estimator.epochs=50            # scores of another (already run) configuration
+  sgt scores --path artifacts/export/<key>/attention_scores
+"""
+
+STAGES_HELP = """\
+Lists the stages of the configuration the overrides compose: each stage's cache key, whether a complete
+artifact with that key exists (`sgt run` would reuse it) and its folder with the main files in it.
+Runs nothing and writes nothing. Examples:
+  sgt stages                                # the default configuration
+  sgt stages train.epochs=50                # only train's key changes: only train shows "no"
+  sgt stages dataset=npz dataset.path=../shared/datasets/tolokers.npz --json
+"""
+
+REPORT_HELP = """\
+Reports a recorded pipeline run from the MLflow store the configuration points at (mlflow.tracking_uri,
+else $MLFLOW_TRACKING_URI, else <paths.artifacts>/mlflow.db): its config, val_/test_ metrics, each stage's
+time and cache hit, and the artifact folders. Without overrides: the newest run of any configuration;
+with overrides: the newest run of that configuration (paths.*, mlflow.* and stage only locate the store).
+Examples:
+  sgt report                                # newest run in artifacts/mlflow.db
+  sgt report train.lr=0.02                  # newest run of that configuration
+  sgt report --run-id 3f2a...               # one run by its MLflow run id
+  sgt report paths.artifacts=/data/sgt --json
+"""
+
+UI_HELP = """\
+Starts a local Prefect server (UI and API) and the MLflow UI over the configuration's tracking store
+(mlflow.tracking_uri, else $MLFLOW_TRACKING_URI, else <paths.artifacts>/mlflow.db), both on 127.0.0.1;
+Ctrl-C stops both. Examples:
+  sgt ui                                    # Prefect on :4200, MLflow on :5000
+  sgt ui --prefect-port 4300 --mlflow-port 5050 paths.artifacts=/data/sgt
+"""
+
+SERVE_HELP = """\
+Registers the pipeline as the Prefect deployment sgt-run/sgt, with the parameters dataset, preset and
+overrides (Hydra overrides as for `sgt run`), and runs the flow runs started from the Prefect UI or with
+`prefect deployment run sgt-run/sgt` until Ctrl-C. Needs a Prefect server (`make ui`). Examples:
+  sgt serve                                 # the server of `make ui`, or $PREFECT_API_URL
+  sgt serve --api-url http://127.0.0.1:4300/api
 """
 
 
@@ -57,12 +97,13 @@ def preflight(overrides: list[str]) -> dict:
 def expand_sweeps(overrides: list[str]) -> list[list[str]]:
     """Hydra sweep syntax (`seed=0,1,2`, `train.sampler=reservoir,uniform`) -> one override list per run."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
 
     from sgt_core.errors import ConfigError
 
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
-    except Exception as error:  # Hydra's parser raises its own exception types
+    except HydraException as error:
         raise ConfigError(f"configuration: {error}") from None
     runs: list[list[str]] = [[]]
     for override in parsed:
@@ -136,7 +177,85 @@ def command_scores(overrides: list[str], path: str | None) -> int:
     return 0
 
 
+def stage_files() -> dict[str, tuple[str, ...]]:
+    """Each stage's main outputs inside its artifact folder, as glob patterns."""
+    from sgt_core.estimate.stage import ESTIMATOR_FILE, SCORES_FILE
+    from sgt_core.export.scores import SCORES_DIR
+    from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE
+    from sgt_core.preprocess.substructure_tokens import SUBSTRUCTURES_FILE
+    from sgt_core.train.stage import MODEL_FILE
+
+    return {
+        "preprocess": (INTERACTION_GRAPH_FILE, SUBSTRUCTURES_FILE),
+        "estimate": (SCORES_FILE, ESTIMATOR_FILE),
+        "export": (f"{SCORES_DIR}/layer_*.parquet",),
+        "train": (MODEL_FILE,),
+    }
+
+
+def command_stages(overrides: list[str], as_json: bool) -> int:
+    import json
+
+    from sgt_core.artifacts import ArtifactStore
+    from sgt_core.config import compose_config
+    from sgt_core.pipeline import stage_keys
+
+    cfg = compose_config(overrides)
+    store = ArtifactStore(Path(cfg["paths"]["artifacts"]).resolve())
+    main_files, stages = stage_files(), []
+    for name, key in stage_keys(cfg).items():
+        folder, cached = store.path(name, key), store.is_complete(name, key)
+        files = sorted(str(p) for pattern in main_files[name] for p in folder.glob(pattern)) if cached else []
+        stages.append({"stage": name, "key": key, "cached": cached, "path": str(folder), "files": files})
+    if as_json:
+        print(json.dumps({"artifacts": str(store.root), "stages": stages}, indent=2))
+        return 0
+    print(f"configuration: {' '.join(overrides) or '(defaults)'}\nartifacts: {store.root}\n")
+    print(f"{'stage':<11} {'key':<17} {'cached':<7} folder")
+    for stage in stages:
+        print(f"{stage['stage']:<11} {stage['key']:<17} {'yes' if stage['cached'] else 'no':<7} {stage['path']}")
+        for file in stage["files"]:
+            print(f"{'':<37} {Path(file).relative_to(stage['path'])}")
+    return 0
+
+
+def command_report(overrides: list[str], run_id: str | None, as_json: bool) -> int:
+    import json
+
+    from flows.report import find_pipeline_run, format_report, pipeline_report
+
+    client, run = find_pipeline_run(overrides, run_id)
+    report = pipeline_report(client, run)
+    print(json.dumps(report, indent=2) if as_json else format_report(report))
+    return 0
+
+
+def command_ui(overrides: list[str], prefect_port: int, mlflow_port: int) -> int:
+    from flows.tracking import tracking_uri
+    from flows.ui import serve_ui
+    from sgt_core.config import compose_config
+
+    serve_ui(prefect_port, mlflow_port, tracking_uri(compose_config(overrides)))
+    return 0
+
+
+def command_serve(api_url: str | None) -> int:
+    from flows.ui import DEFAULT_PREFECT_PORT, prefect_api_url, require_prefect_api
+
+    # Set before Prefect is imported: it reads its settings at import time.
+    os.environ["PREFECT_API_URL"] = (
+        api_url or os.environ.get("PREFECT_API_URL") or prefect_api_url(DEFAULT_PREFECT_PORT)
+    )
+    require_prefect_api(os.environ["PREFECT_API_URL"])
+    from flows.serve import serve
+
+    serve()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from flows.ui import DEFAULT_MLFLOW_PORT, DEFAULT_PREFECT_PORT
+
     parser = argparse.ArgumentParser(prog="sgt", description="Scalable sparse graph transformers (Spexphormer).")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run the pipeline", description=RUN_HELP,
@@ -148,6 +267,23 @@ def build_parser() -> argparse.ArgumentParser:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     scores.add_argument("overrides", nargs="*", help="Hydra overrides selecting the run")
     scores.add_argument("--path", help="a folder of layer_*.parquet files instead")
+    ui = commands.add_parser("ui", help="start the Prefect and MLflow UIs", description=UI_HELP,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    ui.add_argument("--prefect-port", type=int, default=DEFAULT_PREFECT_PORT, help="Prefect server port")
+    ui.add_argument("--mlflow-port", type=int, default=DEFAULT_MLFLOW_PORT, help="MLflow UI port")
+    ui.add_argument("overrides", nargs="*", help="Hydra overrides locating the MLflow store")
+    serve = commands.add_parser("serve", help="serve the pipeline as a Prefect deployment", description=SERVE_HELP,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve.add_argument("--api-url", help="Prefect API (default $PREFECT_API_URL, else http://127.0.0.1:4200/api)")
+    stages = commands.add_parser("stages", help="list stages, cache keys, cache state and artifact paths",
+                                 description=STAGES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    stages.add_argument("overrides", nargs="*", help="Hydra overrides, key=value")
+    stages.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    report = commands.add_parser("report", help="report the latest (or a given) pipeline run from MLflow",
+                                 description=REPORT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    report.add_argument("overrides", nargs="*", help="Hydra overrides selecting the store and the configuration")
+    report.add_argument("--run-id", help="report this MLflow run (a pipeline run or one of its stages' runs)")
+    report.add_argument("--json", action="store_true", help="print JSON instead of text")
     return parser
 
 
@@ -155,8 +291,16 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _configure_environment()
     try:
+        if args.command == "ui":
+            return command_ui(args.overrides, args.prefect_port, args.mlflow_port)
+        if args.command == "serve":
+            return command_serve(args.api_url)
         if args.command == "run":
             return command_run(args.overrides, args.multirun)
+        if args.command == "stages":
+            return command_stages(args.overrides, args.json)
+        if args.command == "report":
+            return command_report(args.overrides, args.run_id, args.json)
         return command_scores(args.overrides, args.path)
     except SGTError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -10,6 +10,8 @@ from pathlib import Path
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
+from flows.memory import MemorySampler
+from flows.plots import memory_over_time, stage_figures
 from flows.tracking import Tracker
 from sgt_core.artifacts import ArtifactStore
 from sgt_core.config import STAGE_NAMES, compose_config
@@ -44,7 +46,8 @@ def _run_stage(
             log.info("%s: running (key %s)", name, key)
             inputs = {upstream: store.path(upstream, keys[upstream]) for upstream in stage.upstream}
             with store.writing(name, key, replace=force) as staging:
-                metrics = stage.run(cfg, inputs, staging)
+                with MemorySampler() as memory:
+                    metrics = stage.run(cfg, inputs, staging)
                 manifest = {"stage": name, "key": key, "upstream": {u: keys[u] for u in stage.upstream},
                             "config": params, "mlflow_run_id": run_id, "created": time.time()}
                 store.finish(staging, metrics, manifest)
@@ -54,9 +57,14 @@ def _run_stage(
         history = json.loads(history_file.read_text()) if history_file.is_file() else None
         tracker.log_results(run_id, {**metrics, "stage_seconds": time.perf_counter() - started}, history)
         tracker.set_tags(run_id, {"sgt.artifact_dir": str(output.resolve()), "sgt.source_run_id": source_run})
-        if not cache_hit:
+        if not cache_hit:  # a cache hit's plots and memory trace are on the run that computed it
             for artifact in _STAGE_ARTIFACTS.get(name, []):
                 tracker.log_artifact(run_id, output / artifact, artifact if (output / artifact).is_dir() else None)
+            tracker.log_metric_series(run_id, "rss_mb", memory.samples, memory.started_at)
+            tracker.log_results(run_id, {"rss_peak_mb": memory.peak_mb})
+            figures = stage_figures(name, output)
+            figures["memory"] = memory_over_time(memory.samples, f"{name}: resident memory (RSS) over time")
+            tracker.log_figures(run_id, figures)
     except BaseException:
         tracker.end(run_id, ok=False)
         raise

@@ -5,15 +5,23 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
+from filelock import FileLock
 from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 from sgt_core.pipeline import dataset_id
 
 _BATCH = 100  # MLflow accepts at most 100 params per log_batch call
+PLOTS_DIR = "plots"  # artifact folder of a run's figures
 
 
 def flatten(value, prefix: str = "") -> dict[str, str]:
@@ -35,6 +43,19 @@ def tracking_uri(cfg: dict) -> str:
     return f"sqlite:///{Path(cfg['paths']['artifacts']).resolve() / 'mlflow.db'}"
 
 
+def _store_creation_lock(uri: str) -> AbstractContextManager:
+    """An inter-process lock beside a sqlite store (`mlflow.db.lock`); a no-op for other stores.
+
+    MLflow migrates a new sqlite file on first use, and two pipelines starting together on the same
+    new file would both migrate it ("table _alembic_tmp_experiments already exists").
+    """
+    if not uri.startswith("sqlite:///"):
+        return nullcontext()
+    database = Path(uri.removeprefix("sqlite:///"))
+    database.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(database.with_name(database.name + ".lock"))
+
+
 class Tracker:
     """Creates the pipeline's parent run and one nested child run per stage, through MlflowClient.
 
@@ -45,18 +66,20 @@ class Tracker:
     def __init__(self, cfg: dict) -> None:
         artifacts = Path(cfg["paths"]["artifacts"]).resolve()
         artifacts.mkdir(parents=True, exist_ok=True)
-        self.client = MlflowClient(tracking_uri(cfg))
+        uri = tracking_uri(cfg)
         name = cfg["mlflow"]["experiment"] or f"sgt-{dataset_id(cfg)}"
-        experiment = self.client.get_experiment_by_name(name)
-        if experiment is None:
-            try:
-                self.experiment_id = self.client.create_experiment(
-                    name, artifact_location=(artifacts / "mlruns").as_uri()
-                )
-            except Exception:  # another process created it first
-                self.experiment_id = self.client.get_experiment_by_name(name).experiment_id
-        else:
-            self.experiment_id = experiment.experiment_id
+        with _store_creation_lock(uri):  # creating the client creates the store's tables
+            self.client = MlflowClient(uri)
+            experiment = self.client.get_experiment_by_name(name)
+            if experiment is None:
+                try:
+                    self.experiment_id = self.client.create_experiment(
+                        name, artifact_location=(artifacts / "mlruns").as_uri()
+                    )
+                except MlflowException:  # another process created it first (a tracking server)
+                    self.experiment_id = self.client.get_experiment_by_name(name).experiment_id
+            else:
+                self.experiment_id = experiment.experiment_id
 
     def start_pipeline(self, cfg: dict, keys: dict[str, str]) -> str:
         run = self.client.create_run(
@@ -99,6 +122,18 @@ class Tracker:
 
     def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
         self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def log_metric_series(self, run_id: str, key: str, samples: list[tuple[float, float]], started_at: float) -> None:
+        """(seconds since `started_at`, value) samples as one metric: step = milliseconds, timestamp = wall clock."""
+        values = [Metric(key, float(value), int((started_at + seconds) * 1000), int(seconds * 1000))
+                  for seconds, value in samples]
+        for start in range(0, len(values), 1000):
+            self.client.log_batch(run_id, metrics=values[start:start + 1000])
+
+    def log_figures(self, run_id: str, figures: dict[str, Figure]) -> None:
+        """Each figure as `plots/<name>.png` on the run."""
+        for name, figure in figures.items():
+            self.client.log_figure(run_id, figure, f"{PLOTS_DIR}/{name}.png")
 
     def log_artifact(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
         if path.is_dir():

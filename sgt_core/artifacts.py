@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,6 +15,9 @@ from pathlib import Path
 
 METRICS_FILE = "metrics.json"
 MANIFEST_FILE = "manifest.json"
+# Private folders beside the results: a result being written, and a replaced one being deleted.
+STAGING_PREFIX = ".tmp-"
+RETIRED_PREFIX = ".old-"
 
 
 def fingerprint(value) -> str:
@@ -66,24 +70,30 @@ class ArtifactStore:
     def writing(self, stage: str, key: str, replace: bool = False) -> Iterator[Path]:
         """Yields a private temporary directory; on success it is renamed into place in one step.
 
-        A crash or an error leaves only the temporary directory's removal (or, if killed, an ignored
-        `.tmp-*` folder), never a directory a later run would take as complete. With `replace` (a forced
-        re-run) an existing result is moved aside first; otherwise, if a concurrent run with the same key
-        finished first, its result is kept and ours is discarded.
+        An error removes the temporary directory; a killed run leaves it behind as a `.tmp-*` folder,
+        which no lookup takes as a result and the next write to the same stage deletes. So a directory
+        under its key is always complete. With `replace` (a forced re-run) an existing result is moved
+        aside first; otherwise, if a concurrent run with the same key finished first, its result is kept
+        and ours is discarded.
         """
         final = self.path(stage, key)
-        token = uuid.uuid4().hex[:8]
-        staging = final.parent / f".tmp-{key}-{token}"
-        staging.mkdir(parents=True)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        self._remove_abandoned(final.parent)
+        staging = final.parent / _private_name(STAGING_PREFIX, key)
+        staging.mkdir()
         try:
             yield staging
-            if replace and final.exists():
-                retired = final.parent / f".old-{key}-{token}"
-                os.rename(final, retired)
-                shutil.rmtree(retired, ignore_errors=True)
+            if replace:
+                retired = final.parent / _private_name(RETIRED_PREFIX, key)
+                try:
+                    os.rename(final, retired)
+                except FileNotFoundError:  # nothing to replace, or a concurrent forced run moved it
+                    pass
+                else:
+                    shutil.rmtree(retired, ignore_errors=True)
             try:
                 os.rename(staging, final)
-            except OSError:
+            except OSError:  # a concurrent run with the same key renamed its result into place first
                 if not self.is_complete(stage, key):
                     raise
                 shutil.rmtree(staging)
@@ -92,7 +102,34 @@ class ArtifactStore:
             raise
 
     @staticmethod
+    def _remove_abandoned(folder: Path) -> None:
+        """Deletes the private folders that killed writers on this machine left in a stage's folder."""
+        for entry in folder.iterdir():
+            if entry.name.startswith((STAGING_PREFIX, RETIRED_PREFIX)) and _writer_is_gone(entry.name):
+                shutil.rmtree(entry, ignore_errors=True)
+
+    @staticmethod
     def finish(staging: Path, metrics: dict, manifest: dict) -> None:
         """Writes the metrics and, last, the manifest that marks the directory complete."""
         (staging / METRICS_FILE).write_text(json.dumps(metrics, indent=2))
         (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
+
+
+def _private_name(prefix: str, key: str) -> str:
+    """`<prefix><key>-<random>-<pid>@<host>`: unique, and naming the process that writes it."""
+    return f"{prefix}{key}-{uuid.uuid4().hex[:8]}-{os.getpid()}@{socket.gethostname()}"
+
+
+def _writer_is_gone(name: str) -> bool:
+    """Whether the process named in a private folder's name has ended (only decidable on its own host)."""
+    owner, _, host = name.rpartition("@")
+    pid = owner.rpartition("-")[2]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False  # another machine's writer (a shared file system), or a name from an older version
+    try:
+        os.kill(int(pid), 0)  # signal 0: only checks that the process exists
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # exists, owned by another user
+        return False
+    return False

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -11,8 +13,10 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from sgt_core.data.load import LOADERS
+from sgt_core.data.pyg import KNOWN_NAMES, PYG_DATASETS
 from sgt_core.errors import ConfigError
-from sgt_core.preprocess.substructures import SUBSTRUCTURE_TYPES
+from sgt_core.preprocess.interaction_graph import SUBSTRUCTURE_TYPES
 from sgt_core.sampling import TRAIN_SAMPLERS
 
 STAGE_NAMES = ("preprocess", "estimate", "export", "train")
@@ -36,70 +40,194 @@ def compose_config(overrides: list[str] | None = None) -> dict:
 
 
 def _explain(error: Exception) -> str:
-    """One readable line from a Hydra/OmegaConf error: what failed, why, and the options if Hydra lists them."""
-    lines = str(error).splitlines()
-    parts = [lines[0].rstrip(".")]
+    """`<key>: <problem>` in one line from a Hydra/OmegaConf error, with the options if Hydra lists them."""
+    # Hydra's messages: the problem and a hint first; indented details, blank lines and doc links after.
+    lines = []
+    for line in str(error).splitlines():
+        if not line.strip():
+            break
+        if not line.startswith((" ", "\t", "See ")):
+            lines.append(line.strip().rstrip("."))
     if error.__cause__ is not None:
-        parts.append(str(error.__cause__).splitlines()[0])
-    full_key = getattr(error, "full_key", None)
-    if full_key and full_key not in parts[0]:
-        parts[0] = f"{parts[0]} ({full_key})"
+        lines.append(str(error.__cause__).splitlines()[0])
     missing_option = re.search(r"Could not find '([\w-]+)/([^']+)'", lines[0])
     if missing_option:
-        group = missing_option.group(1)
+        group, option = missing_option.groups()
         known = sorted(path.stem for path in (config_dir() / group).glob("*.yaml"))
-        parts[0] = f"unknown {group} '{missing_option.group(2)}'"
-        parts.append(f"expected one of: {', '.join(known)}")
-    return "configuration: " + "; ".join(parts)
+        return f"{group}: unknown option '{option}'; expected one of: {', '.join(known)}"
+    overridden = re.search(r"override '([^']+)'", lines[0])
+    key = getattr(error, "full_key", None) or (overridden.group(1) if overridden else "overrides")
+    return f"{key}: {'; '.join(lines)}"
+
+
+# A check of one value: whether the value passes, and what it must be otherwise.
+Rule = tuple[Callable[[object], bool], str]
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _integer(minimum: int) -> Rule:
+    return (lambda value: _is_int(value) and value >= minimum), f"must be an integer >= {minimum}"
+
+
+def _number(low: float, high: float = math.inf, low_open: bool = False, high_open: bool = False) -> Rule:
+    """A finite number in the interval from `low` to `high`, each end closed unless marked open."""
+
+    def check(value) -> bool:
+        return (_is_number(value) and (low < value if low_open else low <= value)
+                and (value < high if high_open else value <= high))
+
+    if high == math.inf:
+        return check, f"must be a number {'>' if low_open else '>='} {low:g}"
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    return check, f"must be a number in {interval}"
+
+
+def _one_of(*choices: str) -> Rule:
+    return (lambda value: value in choices), f"expected one of {', '.join(choices)}"
+
+
+BOOLEAN: Rule = (lambda value: isinstance(value, bool)), "must be true or false"
+POSITIVE: Rule = _number(0, low_open=True)
+NON_NEGATIVE: Rule = _number(0)
+PROBABILITY_BELOW_ONE: Rule = _number(0, 1, high_open=True)
+FRACTION: Rule = _number(0, 1, low_open=True)  # (0, 1]: a decay factor or a floor of the temperature
+EVEN_DEGREE: Rule = (lambda value: _is_int(value) and value >= 2 and value % 2 == 0), "must be an even integer >= 2"
+NULL_OR_POSITIVE_INTEGER: Rule = (lambda value: value is None or (_is_int(value) and value >= 1),
+                                  "must be null or an integer >= 1")
+DEGREE_LIST: Rule = (lambda value: isinstance(value, list) and all(_is_int(d) and d >= 1 for d in value),
+                     "must be a list of integers >= 1, one per layer")
+
+# Every value the stages read, by dotted key; the switchable components' own keys are checked below.
+RULES: dict[str, Rule] = {
+    "seed": _integer(0),
+    "stage": _one_of("all", *STAGE_NAMES),
+    "preprocess.self_loops": BOOLEAN,
+    "preprocess.expander.enabled": BOOLEAN,
+    "preprocess.virtual_nodes": _integer(0),
+    "preprocess.anchors.enabled": BOOLEAN,
+    "preprocess.substructures.enabled": BOOLEAN,
+    "preprocess.lpe.enabled": BOOLEAN,
+    "estimator.width": _integer(1),
+    "estimator.num_layers": _integer(1),
+    "estimator.epochs": _integer(1),
+    "estimator.lr": POSITIVE,
+    "estimator.weight_decay": NON_NEGATIVE,
+    "estimator.warmup_epochs": _integer(0),
+    "estimator.layer_norm": BOOLEAN,
+    "estimator.logit_clip": POSITIVE,
+    "estimator.memory_efficient": BOOLEAN,
+    "estimator.temperature.anneal": BOOLEAN,
+    "estimator.temperature.initial_epochs": _integer(0),
+    "estimator.temperature.gamma": FRACTION,
+    "estimator.temperature.minimum": FRACTION,
+    "model.hidden": _integer(1),
+    "model.num_layers": _integer(1),
+    "model.heads": _integer(1),
+    "model.dropout": PROBABILITY_BELOW_ONE,
+    "model.degrees": DEGREE_LIST,
+    "model.deepnorm": BOOLEAN,
+    "train.epochs": _integer(1),
+    "train.lr": POSITIVE,
+    "train.weight_decay": NON_NEGATIVE,
+    "train.warmup_epochs": _integer(0),
+    "train.sampler": _one_of(*TRAIN_SAMPLERS),
+    "train.device": _one_of("auto", "cpu", "cuda"),
+    "train.batch_size": NULL_OR_POSITIVE_INTEGER,
+    "train.eval_every": _integer(1),
+}
+# Read only while the expander is on (`preprocess.expander.enabled`).
+EXPANDER_RULES: dict[str, Rule] = {
+    "preprocess.expander.degree": EVEN_DEGREE,
+    "preprocess.expander.ramanujan_slack": NON_NEGATIVE,
+    "preprocess.expander.max_tries": _integer(1),
+    "preprocess.expander.per_component": BOOLEAN,
+}
+
+_MISSING = object()
+
+
+def _lookup(cfg: dict, key: str):
+    """The value at a dotted key, or _MISSING."""
+    value = cfg
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
+def _rule_problems(cfg: dict, rules: dict[str, Rule]) -> list[tuple[str, str]]:
+    problems = []
+    for key, (check, expected) in rules.items():
+        value = _lookup(cfg, key)
+        if value is _MISSING:
+            problems.append((key, "missing"))
+        elif not check(value):
+            problems.append((key, f"{expected}, found {value!r}"))
+    return problems
 
 
 def validate_config(cfg: dict) -> None:
-    """Rejects values the stages cannot run with, before anything runs."""
-    problems = []
-    if cfg["stage"] not in ("all", *STAGE_NAMES):
-        problems.append(f"stage={cfg['stage']!r}: expected 'all' or one of {', '.join(STAGE_NAMES)}")
-    expander = cfg["preprocess"]["expander"]
-    if expander["enabled"] and (expander["degree"] < 2 or expander["degree"] % 2):
-        problems.append(f"preprocess.expander.degree={expander['degree']}: must be an even number >= 2")
-    if cfg["preprocess"]["virtual_nodes"] < 0:
-        problems.append(f"preprocess.virtual_nodes={cfg['preprocess']['virtual_nodes']}: must be >= 0")
-    problems += _component_problems(cfg)
-    model = cfg["model"]
-    if len(model["degrees"]) != model["num_layers"]:
-        problems.append(
-            f"model.degrees has {len(model['degrees'])} entries but model.num_layers is {model['num_layers']}"
-        )
-    if any(d < 1 for d in model["degrees"]):
-        problems.append(f"model.degrees={model['degrees']}: every degree must be >= 1")
-    if model["hidden"] % model["heads"]:
-        problems.append(f"model.hidden={model['hidden']} is not divisible by model.heads={model['heads']}")
-    if cfg["estimator"]["num_layers"] != model["num_layers"]:
-        problems.append("estimator.num_layers must equal model.num_layers (one score set per wide layer)")
-    if cfg["train"]["sampler"] not in TRAIN_SAMPLERS:
-        problems.append(f"train.sampler={cfg['train']['sampler']!r}: expected one of {', '.join(TRAIN_SAMPLERS)}")
-    if cfg["train"]["sampler"] == "full" and cfg["train"]["batch_size"] is not None:
-        problems.append("train.sampler=full attends over whole neighbourhoods and needs train.batch_size=null")
-    if cfg["train"]["batch_size"] is not None and cfg["train"]["batch_size"] < 1:
-        problems.append(f"train.batch_size={cfg['train']['batch_size']}: must be null or >= 1")
-    if cfg["train"]["eval_every"] < 1:
-        problems.append(f"train.eval_every={cfg['train']['eval_every']}: must be >= 1")
-    if cfg["train"]["device"] not in ("auto", "cpu", "cuda"):
-        problems.append(f"train.device={cfg['train']['device']!r}: expected auto, cpu or cuda")
-    for section in ("estimator", "train"):
-        if cfg[section]["epochs"] < 1:
-            problems.append(f"{section}.epochs={cfg[section]['epochs']}: must be >= 1")
+    """Rejects values the stages cannot run with, before anything runs.
+
+    Raises:
+        ConfigError: one line, `<key>: <problem>` for each problem found, separated by "; ".
+    """
+    problems = _rule_problems(cfg, RULES)
+    if _lookup(cfg, "preprocess.expander.enabled") is True:
+        problems += _rule_problems(cfg, EXPANDER_RULES)
+    problems += _dataset_problems(cfg["dataset"])
+    if not problems:  # the checks across values rely on each value having the right type
+        problems += _relation_problems(cfg) + _component_problems(cfg)
     if problems:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+        raise ConfigError("; ".join(f"{key}: {problem}" for key, problem in problems))
+
+
+def _dataset_problems(dataset: dict) -> list[tuple[str, str]]:
+    """An unknown loader or PyG name; the loaders check their own values when the data is loaded."""
+    name = dataset.get("name")
+    if name not in LOADERS:
+        return [("dataset.name", f"unknown dataset {name!r}; expected one of {', '.join(LOADERS)}")]
+    if name == "pyg" and str(dataset.get("pyg_name")).lower() not in PYG_DATASETS:
+        return [("dataset.pyg_name", (f"unknown PyG dataset {dataset.get('pyg_name')!r}; known names "
+                                     f"(case-insensitive): {KNOWN_NAMES}"))]
+    return []
+
+
+def _relation_problems(cfg: dict) -> list[tuple[str, str]]:
+    """Values that are each valid but do not fit together."""
+    model, train = cfg["model"], cfg["train"]
+    problems = []
+    if len(model["degrees"]) != model["num_layers"]:
+        problems.append(("model.degrees", (f"has {len(model['degrees'])} entries but model.num_layers is "
+                                          f"{model['num_layers']}; give one degree per layer")))
+    if model["hidden"] % model["heads"]:
+        problems.append(("model.hidden", f"{model['hidden']} is not divisible by model.heads={model['heads']}"))
+    if cfg["estimator"]["num_layers"] != model["num_layers"]:
+        problems.append(("estimator.num_layers", (f"{cfg['estimator']['num_layers']} differs from "
+                                                 f"model.num_layers={model['num_layers']}; the estimator gives "
+                                                 "one score set per wide layer")))
+    if train["sampler"] == "full" and train["batch_size"] is not None:
+        problems.append(("train.batch_size", ("must be null with train.sampler=full, which attends over whole "
+                                             "neighbourhoods")))
+    return problems
 
 
 def _is_count(value, allow_none: bool = False) -> bool:
     """An int >= 0 (bools excluded), or None where allowed."""
     if value is None:
         return allow_none
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return _is_int(value) and value >= 0
 
 
-def _component_problems(cfg: dict) -> list[str]:
+def _component_problems(cfg: dict) -> list[tuple[str, str]]:
     """Checks the switchable interaction-graph components (anchors, substructures, LPE) that are on.
 
     These run late (preprocessing a large graph takes a while, the LPE's sizes reach the networks only in
@@ -109,52 +237,47 @@ def _component_problems(cfg: dict) -> list[str]:
     anchors = cfg["preprocess"]["anchors"]
     if anchors["enabled"]:
         if not _is_count(anchors["k"]) or anchors["k"] < 1:
-            problems.append(f"preprocess.anchors.k={anchors['k']!r}: must be an integer >= 1")
+            problems.append(("preprocess.anchors.k", f"must be an integer >= 1, found {anchors['k']!r}"))
         elif not _is_count(anchors["max_spd"]) or not anchors["k"] < anchors["max_spd"] <= 32767:
-            problems.append(
-                f"preprocess.anchors.max_spd={anchors['max_spd']!r}: must be an integer with "
-                f"k={anchors['k']} < max_spd <= 32767 (anchors beyond k hops need their own SPD buckets)"
-            )
+            problems.append((
+                "preprocess.anchors.max_spd",
+                (f"must be an integer with k={anchors['k']} < max_spd <= 32767 (anchors beyond k hops need "
+                f"their own SPD buckets), found {anchors['max_spd']!r}"),
+            ))
         for key in ("max_khop_per_node", "max_anchors_per_node"):
             if not _is_count(anchors[key], allow_none=True):
-                problems.append(f"preprocess.anchors.{key}={anchors[key]!r}: must be null or an integer >= 0")
+                problems.append((f"preprocess.anchors.{key}", f"must be null or an integer >= 0, found {anchors[key]!r}"))
     substructures = cfg["preprocess"]["substructures"]
     if substructures["enabled"]:
         if not _is_count(substructures["threshold"]):
-            problems.append(
-                f"preprocess.substructures.threshold={substructures['threshold']!r}: must be an integer >= 0"
-            )
+            problems.append(("preprocess.substructures.threshold",
+                             f"must be an integer >= 0, found {substructures['threshold']!r}"))
         if not _is_count(substructures["max_size"]) or substructures["max_size"] < 1:
-            problems.append(
-                f"preprocess.substructures.max_size={substructures['max_size']!r}: must be an integer >= 1"
-            )
+            problems.append(("preprocess.substructures.max_size",
+                             f"must be an integer >= 1, found {substructures['max_size']!r}"))
         types = substructures["types"] or {}
         unknown = sorted(set(types) - set(SUBSTRUCTURE_TYPES))
         if unknown:
-            problems.append(
-                f"preprocess.substructures.types: unknown types {', '.join(unknown)}; expected names from "
-                f"{', '.join(SUBSTRUCTURE_TYPES)}"
-            )
+            problems.append(("preprocess.substructures.types", (f"unknown types {', '.join(unknown)}; expected "
+                                                               f"names from {', '.join(SUBSTRUCTURE_TYPES)}")))
         for name, cap in types.items():
             if name in SUBSTRUCTURE_TYPES and not _is_count(cap, allow_none=True):
-                problems.append(
-                    f"preprocess.substructures.types.{name}={cap!r}: must be null or an integer >= 0"
-                )
+                problems.append((f"preprocess.substructures.types.{name}",
+                                 f"must be null or an integer >= 0, found {cap!r}"))
     lpe = cfg["preprocess"]["lpe"]
     if lpe["enabled"]:
         if not _is_count(lpe["m"]) or lpe["m"] < 1:
-            problems.append(f"preprocess.lpe.m={lpe['m']!r}: must be an integer >= 1")
+            problems.append(("preprocess.lpe.m", f"must be an integer >= 1, found {lpe['m']!r}"))
         for section in ("estimator", "model"):
             options = cfg[section]
             dim, layers, heads = options["lpe_dim"], options["lpe_layers"], options["lpe_heads"]
             if not _is_count(dim):
-                problems.append(f"{section}.lpe_dim={dim!r}: must be an integer >= 0 (0 skips the LPE)")
+                problems.append((f"{section}.lpe_dim", f"must be an integer >= 0 (0 skips the LPE), found {dim!r}"))
             elif dim > 0 and not (_is_count(layers) and layers >= 1 and _is_count(heads) and heads >= 1
                                   and dim % heads == 0):
-                problems.append(
-                    f"{section}.lpe_dim={dim}, lpe_layers={layers!r}, lpe_heads={heads!r}: need layers >= 1, "
-                    f"heads >= 1 and lpe_dim divisible by lpe_heads"
-                )
-    if not isinstance(cfg["model"]["deepnorm"], bool):
-        problems.append(f"model.deepnorm={cfg['model']['deepnorm']!r}: must be true or false")
+                problems.append((
+                    f"{section}.lpe_dim",
+                    (f"{dim} with lpe_layers={layers!r}, lpe_heads={heads!r}: need lpe_layers >= 1, lpe_heads >= 1 "
+                    "and lpe_dim divisible by lpe_heads"),
+                ))
     return problems

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sgt_core.artifacts import code_version, file_fingerprint, fingerprint
+from sgt_core.data.tables import table_paths
 from sgt_core.errors import DatasetError
 from sgt_core.estimate.stage import run_estimate
 from sgt_core.export.stage import run_export
@@ -48,6 +49,10 @@ STAGE_BY_NAME = {stage.name: stage for stage in STAGES}
 
 def dataset_fingerprint(dataset_cfg: dict) -> str | None:
     """The content hash of a file-backed dataset, so editing the file invalidates the cache."""
+    if dataset_cfg.get("name") == "parquet":
+        # Every file of both tables, so that editing, adding or removing a file matched by a glob counts.
+        files = table_paths(dataset_cfg.get("nodes"), dataset_cfg.get("edges"))
+        return fingerprint({table: [file_fingerprint(path) for path in paths] for table, paths in files.items()})
     path = dataset_cfg.get("path")
     if not path:
         return None
@@ -73,8 +78,10 @@ def stage_keys(cfg: dict) -> dict[str, str]:
 
 
 def dataset_id(cfg: dict) -> str:
-    """A short readable dataset name for experiment names: minesweeper, npz-tolokers, pyg-cora."""
+    """A short readable dataset name for experiment names: minesweeper, npz-tolokers, pyg-cora, parquet-web."""
     dataset = cfg["dataset"]
+    if dataset["name"] == "parquet":
+        return f"parquet-{dataset['graph_name']}" if dataset.get("graph_name") else "parquet"
     if dataset["name"] == "npz":
         return f"npz-{Path(dataset['path']).stem}"
     if dataset["name"] == "pyg":

@@ -1,32 +1,59 @@
-"""Temperature annealing and the warm-up cosine learning-rate schedule."""
+"""Temperature annealing, the warm-up cosine learning-rate schedule and our AdamW against torch's."""
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 import torch
 
-from sgt_core.schedules import cosine_with_warmup, temperature
+from sgt_core.optim import AdamW, CosineWithWarmup
+from sgt_core.schedules import temperature
 
 
 def test_temperature_schedule():
-    options = dict(anneal=True, initial_epochs=5, gamma=0.99, minimum=0.05)
+    options = {"anneal": True, "initial_epochs": 5, "gamma": 0.99, "minimum": 0.05}
     assert [temperature(t, **options) for t in range(6)] == [1.0] * 6
     assert temperature(6, **options) == pytest.approx(0.99)
     assert temperature(105, **options) == pytest.approx(0.99**100)
     assert temperature(10_000, **options) == 0.05
     assert temperature(50, **{**options, "anneal": False}) == 1.0
     values = [temperature(t, **{**options, "gamma": 0.9}) for t in range(100)]
-    assert all(a >= b for a, b in zip(values, values[1:]))
+    assert all(a >= b for a, b in itertools.pairwise(values))
 
 
 def test_cosine_with_warmup():
-    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    scheduler = cosine_with_warmup(optimizer, warmup_epochs=4, total_epochs=20)
+    optimizer = AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = CosineWithWarmup(optimizer, warmup_epochs=4, total_epochs=20)
     rates = []
     for _ in range(20):
-        rates.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
+        rates.append(optimizer.lr)
         scheduler.step()
     assert rates[:4] == pytest.approx([0.2, 0.4, 0.6, 0.8])
     assert rates[4] == pytest.approx(1.0)
-    assert all(a >= b for a, b in zip(rates[4:], rates[5:])) and rates[-1] < 0.01
+    assert all(a >= b for a, b in itertools.pairwise(rates[4:])) and rates[-1] < 0.01
+
+
+def test_adamw_matches_torch_step_for_step():
+    """Same update as torch.optim.AdamW (with its LambdaLR), including a parameter without a gradient."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3))
+    unused = torch.nn.Parameter(torch.randn(4))  # never gets a gradient: must stay as it is
+    reference = [p.detach().clone().requires_grad_() for p in [*model.parameters(), unused]]
+    ours = AdamW([*model.parameters(), unused], lr=0.05, weight_decay=0.1)
+    schedule = CosineWithWarmup(ours, warmup_epochs=2, total_epochs=10)
+    theirs = torch.optim.AdamW(reference, lr=0.05, weight_decay=0.1)
+    their_schedule = torch.optim.lr_scheduler.LambdaLR(theirs, schedule.factor)
+    inputs, targets = torch.randn(32, 5), torch.randint(0, 3, (32,))
+    for _ in range(10):
+        for params, optimizer in ((list(model.parameters()), ours), (reference[:-1], theirs)):
+            optimizer.zero_grad(set_to_none=True)
+            hidden = torch.relu(inputs @ params[0].t() + params[1])
+            loss = torch.nn.functional.cross_entropy(hidden @ params[2].t() + params[3], targets)
+            loss.backward()
+            optimizer.step()
+        schedule.step()
+        their_schedule.step()
+        for mine, reference_parameter in zip([*model.parameters(), unused], reference):
+            torch.testing.assert_close(mine, reference_parameter, rtol=1e-6, atol=1e-7)
+    assert ours.lr == pytest.approx(theirs.param_groups[0]["lr"])

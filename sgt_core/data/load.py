@@ -11,6 +11,7 @@ from sgt_core.data.long_range import generate_long_range_rings
 from sgt_core.data.minesweeper import generate_minesweeper
 from sgt_core.data.npz import load_npz
 from sgt_core.data.pyg import load_pyg
+from sgt_core.data.tables import load_tables
 from sgt_core.errors import ConfigError
 
 # Config name -> loader; each loader's parameters (besides `seed`) are the config's keys, one to one.
@@ -19,6 +20,7 @@ LOADERS: dict[str, Callable[..., Data]] = {
     "npz": load_npz,
     "pyg": load_pyg,
     "long_range": generate_long_range_rings,
+    "parquet": load_tables,
 }
 
 

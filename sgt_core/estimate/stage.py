@@ -12,8 +12,10 @@ import torch.nn.functional as F
 
 from sgt_core.metrics import evaluate, metric_name
 from sgt_core.models import AttentionScoreEstimator, NodeExtras
+from sgt_core.optim import AdamW, CosineWithWarmup
 from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE, NODE_KINDS, InteractionGraph
-from sgt_core.schedules import cosine_with_warmup, temperature
+from sgt_core.progress import Progress
+from sgt_core.schedules import temperature
 from sgt_core.seeding import seed_everything
 
 log = logging.getLogger(__name__)
@@ -47,12 +49,13 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
     def forward(tau: float) -> tuple[torch.Tensor, list[torch.Tensor]]:
         return model(graph.x, graph.node_kind, graph.edge_index, graph.edge_type, tau, edge_spd, extras)
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=options["lr"], weight_decay=options["weight_decay"])
-    scheduler = cosine_with_warmup(optimizer, options["warmup_epochs"], options["epochs"])
+    optimizer = AdamW(model.parameters(), lr=options["lr"], weight_decay=options["weight_decay"])
+    scheduler = CosineWithWarmup(optimizer, options["warmup_epochs"], options["epochs"])
 
     best = {"epoch": -1, "val": float("-inf")}
     history, started = [], time.perf_counter()
-    for epoch in range(options["epochs"]):
+    epochs = Progress(range(options["epochs"]), "estimate epoch", log)
+    for epoch in epochs:
         tau = temperature(epoch, **options["temperature"])
         model.train()
         logits, layer_scores = forward(tau)
@@ -79,9 +82,7 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
         optimizer.step()
         scheduler.step()
         history.append({"epoch": epoch, "loss": loss.item(), f"val_{metric}": val, "temperature": tau})
-        if epoch % 10 == 0 or epoch == options["epochs"] - 1:
-            log.info("estimate epoch %d/%d loss %.4f val_%s %.4f tau %.3f",
-                     epoch + 1, options["epochs"], loss.item(), metric, val, tau)
+        epochs.set_metrics(**{k: v for k, v in history[-1].items() if k != "epoch"})
 
     torch.save(best["scores"], out_dir / SCORES_FILE)
     torch.save({"state_dict": best["state"], "config": options, "epoch": best["epoch"]}, out_dir / ESTIMATOR_FILE)

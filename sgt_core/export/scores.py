@@ -14,6 +14,7 @@ from torch import Tensor
 from sgt_core.errors import SGTError
 
 SCORES_DIR = "attention_scores"
+READ_BATCH_ROWS = 1 << 16
 SCHEMA = pa.schema(
     [
         ("layer", pa.int32()),
@@ -69,13 +70,24 @@ def read_attention_scores(scores_dir: Path, edge_index: Tensor) -> Tensor:
     paths = sorted(Path(scores_dir).glob("layer_*.parquet"), key=lambda p: int(p.stem.split("_")[1]))
     if not paths:
         raise SGTError(f"{scores_dir}: no attention-score files (layer_*.parquet) found")
-    layers = []
-    for path in paths:
-        table = pq.read_table(path, columns=["src", "dst", "score"])
-        src, dst = table["src"].to_numpy(), table["dst"].to_numpy()
-        if len(src) != edge_index.shape[1] or not (
-            np.array_equal(src, edge_index[0].numpy()) and np.array_equal(dst, edge_index[1].numpy())
-        ):
-            raise SGTError(f"{path}: its (src, dst) rows do not match the interaction graph's edges")
-        layers.append(torch.from_numpy(table["score"].to_numpy().copy()))
-    return torch.stack(layers)  # [L, E]
+    num_edges = edge_index.shape[1]
+    src_expected, dst_expected = edge_index.numpy()
+    layer_scores = np.empty((len(paths), num_edges), dtype=np.float32)  # [L, E]
+    for layer, path in enumerate(paths):
+        # Batch by batch, so reading needs a batch's memory rather than a whole layer's three columns
+        # (Arrow's allocator keeps what it once held: whole tables cost the train stage ~100 MB for good).
+        row = 0
+        reader = pq.ParquetFile(path, pre_buffer=False)
+        for batch in reader.iter_batches(batch_size=READ_BATCH_ROWS, columns=["src", "dst", "score"], use_threads=False):
+            end = row + batch.num_rows
+            src, dst, scores = (column.to_numpy() for column in batch.columns)
+            if end > num_edges or not (
+                np.array_equal(src, src_expected[row:end]) and np.array_equal(dst, dst_expected[row:end])
+            ):
+                raise SGTError(f"{path}: its (src, dst) rows do not match the interaction graph's edges")
+            layer_scores[layer, row:end] = scores
+            row = end
+        if row != num_edges:
+            raise SGTError(f"{path}: {row} rows for an interaction graph of {num_edges} edges")
+    pa.default_memory_pool().release_unused()
+    return torch.from_numpy(layer_scores)

@@ -36,8 +36,9 @@ class EstimatorAttention(nn.Module):
         num_edge_types: number of edge types t (size of E and B).
         logit_clip: c, the clipping bound on the tempered logits.
         num_spd_buckets: SPD buckets b = 0..num_spd_buckets-1 (0 or 1: no SPD terms).
-        memory_efficient: compute through `fused_edge_attention`, which keeps 5 bytes per edge for the
-            backward pass instead of ~200 (about 2x less peak memory on large graphs, ~1.5x the time).
+        memory_efficient: compute through `fused_edge_attention`, which works through the edges in chunks
+            and keeps 5 bytes per edge for the backward pass instead of ~200 (bounded transient memory
+            and faster on CPU); False runs the plain autograd version below, its reference.
 
     Shapes:
         x [N, d], edge_index [2, E] (src, dst) sorted by dst, edge_type [E], edge_spd [E] or None

@@ -1,4 +1,4 @@
-"""fused_edge_attention: the estimator's edge softmax attention with a hand-written, memory-lean backward."""
+"""fused_edge_attention: the estimator's edge softmax attention, chunked, with a memory-lean backward."""
 
 from __future__ import annotations
 
@@ -7,62 +7,107 @@ import math
 import torch
 from torch import Tensor
 
+# Edges per chunk. Every per-edge intermediate lives for one chunk only, so the transient memory is a
+# few [CHUNK_EDGES, d] tensors (~2 MB each at d = 8) whatever the graph's size, and a chunk's working
+# set stays in the CPU caches (on Minesweeper's 389k attention edges this is no slower than whole-graph
+# tensors). Chunks end on destination boundaries, so each node's softmax lies within one chunk.
+CHUNK_EDGES = 1 << 16
+
+
+def destination_chunks(in_degree: Tensor, chunk_edges: int | None = None) -> list[tuple[int, int, int, int]]:
+    """(first node, end node, first edge, end edge) of consecutive chunks of about `chunk_edges` edges.
+
+    Edges are sorted by destination, so a run of whole nodes is a contiguous run of edges; a node with
+    more than `chunk_edges` incoming edges gets a chunk of its own.
+    """
+    chunk_edges = chunk_edges or CHUNK_EDGES
+    ptr = torch.zeros(in_degree.numel() + 1, dtype=torch.int64, device=in_degree.device)
+    torch.cumsum(in_degree, 0, out=ptr[1:])
+    num_edges = int(ptr[-1])
+    targets = torch.arange(chunk_edges, max(num_edges, chunk_edges), chunk_edges, device=in_degree.device)
+    # the first node whose edges start at or after each target: chunk boundaries on whole nodes
+    cuts = torch.searchsorted(ptr, targets).unique().tolist()
+    nodes = [0, *[c for c in cuts if 0 < c < in_degree.numel()], in_degree.numel()]
+    ptr_list = ptr[nodes].tolist()
+    return [(nodes[i], nodes[i + 1], ptr_list[i], ptr_list[i + 1]) for i in range(len(nodes) - 1)
+            if ptr_list[i + 1] > ptr_list[i] or nodes[i + 1] > nodes[i]]
+
 
 class _FusedEdgeAttention(torch.autograd.Function):
-    """Forward and backward of the tempered, clipped edge softmax attention.
+    """Forward and backward of the tempered, clipped edge softmax attention, one chunk of edges at a time.
 
     Autograd would keep about a dozen [E, d]-sized intermediates per layer for the backward pass
     (gathered queries, keys, values, products, one-hots, ...), hundreds of bytes per edge: on Tolokers
     (1.4M attention edges) that is gigabytes. Here the backward pass recomputes the gathers from the
     node-level tensors, so the only per-edge state kept between the passes is the scores and a clip mask
-    (5 bytes per edge). Node-level tensors are tiny at the estimator's width.
+    (5 bytes per edge); node-level tensors are tiny at the estimator's width.
     """
 
     @staticmethod
     def forward(ctx, query, key, value, edge_scale, edge_bias, src, dst, code, in_degree, temperature, clip):
-        scale = 1.0 / math.sqrt(query.shape[1])
-        width = query.shape[1]
-        key_e, value_e = torch.cat([key, value], dim=1).index_select(0, src).split(width, dim=1)  # [E, d] x2
-        raw = (query.index_select(0, dst) * key_e * edge_scale.index_select(0, code)).sum(-1)  # [E]
-        tempered = (raw * scale + edge_bias.index_select(0, code)) / temperature  # [E]
-        inside = tempered.abs() < clip  # [E] where the clip lets gradient through
-        # |logit| <= clip, so exp cannot overflow and no per-segment max is needed
-        weights = tempered.clamp(-clip, clip).exp()  # [E]
-        scores = weights / torch.segment_reduce(weights, "sum", lengths=in_degree).index_select(0, dst)  # [E]
-        out = torch.segment_reduce(scores.unsqueeze(1) * value_e, "sum", lengths=in_degree)  # [N, d]
+        num_nodes, width = query.shape
+        scale = 1.0 / math.sqrt(width)
+        key_value = torch.cat([key, value], dim=1)  # [N, 2d]: one gather per chunk for both
+        out = query.new_zeros(num_nodes, width)
+        scores = query.new_empty(src.numel())
+        inside = torch.empty(src.numel(), dtype=torch.bool, device=src.device)  # where the clip passes gradient
+        chunks = destination_chunks(in_degree)
+        for first_node, end_node, first, end in chunks:
+            src_c, dst_c, code_c = src[first:end], dst[first:end] - first_node, code[first:end]
+            lengths = in_degree[first_node:end_node]
+            key_e, value_e = key_value.index_select(0, src_c).split(width, dim=1)  # [e, d] x2
+            query_e = query[first_node:end_node].index_select(0, dst_c)  # [e, d]
+            raw = (query_e * key_e * edge_scale.index_select(0, code_c)).sum(-1)  # [e]
+            tempered = (raw * scale + edge_bias.index_select(0, code_c)) / temperature  # [e]
+            inside[first:end] = tempered.abs() < clip
+            # |logit| <= clip, so exp cannot overflow and no per-segment max is needed
+            weights = tempered.clamp_(-clip, clip).exp_()  # [e]
+            totals = torch.segment_reduce(weights, "sum", lengths=lengths)  # [n]
+            chunk_scores = torch.div(weights, totals.index_select(0, dst_c), out=scores[first:end])  # [e]
+            out[first_node:end_node] = torch.segment_reduce(
+                chunk_scores.unsqueeze(1) * value_e, "sum", lengths=lengths
+            )
         ctx.save_for_backward(query, key, value, edge_scale, src, dst, code, in_degree, scores, inside)
-        ctx.temperature, ctx.scale = temperature, scale
+        ctx.temperature, ctx.scale, ctx.chunks = temperature, scale, chunks
         return out, scores
 
     @staticmethod
     def backward(ctx, grad_out, grad_scores):
         query, key, value, edge_scale, src, dst, code, in_degree, scores, inside = ctx.saved_tensors
         num_nodes, width = query.shape
-        # The per-edge gathers are the expensive part: each is taken once and shared.
-        grad_out_e = grad_out.index_select(0, dst)  # [E, d]
-        key_e, value_e = torch.cat([key, value], dim=1).index_select(0, src).split(width, dim=1)  # [E, d] x2
-        # d loss / d score of each edge, through the messages and (if used) the scores output
-        grad_score = (grad_out_e * value_e).sum(-1)  # [E]
-        if grad_scores is not None:
-            grad_score = grad_score + grad_scores
-        # softmax backward within each destination's segment
-        expected = torch.segment_reduce(scores * grad_score, "sum", lengths=in_degree)  # [N]
-        grad_logit = scores * (grad_score - expected.index_select(0, dst))  # [E]
-        grad_logit = grad_logit * inside / ctx.temperature  # [E] gradient of the bias term
-        grad_raw = (grad_logit * ctx.scale).unsqueeze(1)  # [E, 1]
-        query_e, scale_e = query.index_select(0, dst), edge_scale.index_select(0, code)  # [E, d] x2
-        query_key_e = query_e * key_e  # [E, d]
-        grad_query = torch.segment_reduce(grad_raw * key_e * scale_e, "sum", lengths=in_degree)  # [N, d]
-        # keys and values are both gathered by src: one scatter for the two
-        grad_key_value = torch.zeros(num_nodes, 2 * width, dtype=query.dtype, device=query.device)
-        grad_key_value.index_add_(
-            0, src, torch.cat([grad_raw * query_e * scale_e, scores.unsqueeze(1) * grad_out_e], dim=1)
-        )
+        num_codes = edge_scale.shape[0]
+        key_value = torch.cat([key, value], dim=1)  # [N, 2d]
+        grad_query = torch.zeros_like(query)
+        grad_key_value = query.new_zeros(num_nodes, 2 * width)  # keys and values are both gathered by src
+        grad_edge_scale = torch.zeros_like(edge_scale)
+        grad_edge_bias = query.new_zeros(num_codes)
+        for first_node, end_node, first, end in ctx.chunks:
+            src_c, dst_c, code_c = src[first:end], dst[first:end] - first_node, code[first:end]
+            lengths, scores_c = in_degree[first_node:end_node], scores[first:end]
+            grad_out_e = grad_out[first_node:end_node].index_select(0, dst_c)  # [e, d]
+            key_e, value_e = key_value.index_select(0, src_c).split(width, dim=1)  # [e, d] x2
+            # d loss / d score of each edge, through the messages and (if used) the scores output
+            grad_score = (grad_out_e * value_e).sum(-1)  # [e]
+            if grad_scores is not None:
+                grad_score += grad_scores[first:end]
+            # softmax backward within each destination's segment
+            expected = torch.segment_reduce(scores_c * grad_score, "sum", lengths=lengths)  # [n]
+            grad_logit = scores_c * (grad_score - expected.index_select(0, dst_c))  # [e]
+            grad_logit = grad_logit * inside[first:end] / ctx.temperature  # [e] gradient of the bias term
+            grad_raw = (grad_logit * ctx.scale).unsqueeze(1)  # [e, 1]
+            query_e = query[first_node:end_node].index_select(0, dst_c)  # [e, d]
+            scale_e = edge_scale.index_select(0, code_c)  # [e, d]
+            grad_query[first_node:end_node] = torch.segment_reduce(
+                grad_raw * key_e * scale_e, "sum", lengths=lengths
+            )
+            grad_key_value.index_add_(
+                0, src_c, torch.cat([grad_raw * query_e * scale_e, scores_c.unsqueeze(1) * grad_out_e], dim=1)
+            )
+            # C is tiny, so a one-hot matmul beats index_add_'s serial scatter into a handful of rows
+            own_code = torch.nn.functional.one_hot(code_c, num_codes).to(query.dtype)  # [e, C]
+            grad_edge_scale += own_code.t() @ (grad_raw * query_e * key_e)  # [C, d]
+            grad_edge_bias += torch.bincount(code_c, weights=grad_logit, minlength=num_codes).to(query.dtype)
         grad_key, grad_value = grad_key_value.split(width, dim=1)
-        # C is tiny, so a one-hot matmul beats index_add_'s serial scatter into a handful of rows
-        own_code = torch.nn.functional.one_hot(code, edge_scale.shape[0]).to(query.dtype)  # [E, C]
-        grad_edge_scale = own_code.t() @ (grad_raw * query_key_e)  # [C, d]
-        grad_edge_bias = torch.bincount(code, weights=grad_logit, minlength=edge_scale.shape[0]).to(query.dtype)
         return grad_query, grad_key, grad_value, grad_edge_scale, grad_edge_bias, *([None] * 6)
 
 

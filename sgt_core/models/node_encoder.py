@@ -49,8 +49,8 @@ class NodeExtras:
     def select(self, rows: Tensor) -> NodeExtras:
         """The extras of `rows` (int64 [R] row ids, e.g. a batch's input nodes), renumbered 0..R-1."""
         if self.eigenvalues is not None:
-            eigen = dict(eigenvalues=self.eigenvalues[rows], eigenvectors=self.eigenvectors[rows],
-                         eigen_mask=self.eigen_mask[rows])  # [R, m] each
+            eigen = {"eigenvalues": self.eigenvalues[rows], "eigenvectors": self.eigenvectors[rows],
+                         "eigen_mask": self.eigen_mask[rows]}  # [R, m] each
         else:
             eigen = {}
         if self.token_rows is None:

@@ -8,17 +8,15 @@ import torch
 from torch import Tensor, nn
 
 from sgt_core.models.estimator_attention import edge_codes
-
-# Masked slots get a large finite logit rather than -inf, so a row with no valid neighbour yields
-# zeros (after the mask multiply) instead of NaN.
-_MASKED_LOGIT = -1e9
+from sgt_core.models.fused_slot_attention import fused_slot_attention
 
 
 class SampledAttention(nn.Module):
     r"""Fixed-degree attention of the wide Spexphormer network (section 4, "Fixed Node Degree Layers").
 
     Every query node i has exactly `deg` sampled neighbours, so keys and values are gathered into dense
-    [Q, deg, heads, head_dim] tensors and attention is batched matrix work instead of a scatter. For a
+    [Q, deg, heads, head_dim] slots and attention is batched dense work instead of a scatter
+    (`fused_slot_attention`, which keeps only the attention weights for the backward pass). For a
     sampled edge j -> i of type t, per head h:
 
     .. math::
@@ -85,27 +83,25 @@ class SampledAttention(nn.Module):
         neighbour_mask: Tensor,
         neighbour_spd: Tensor | None = None,
     ) -> Tensor:
-        num_queries, degree = neighbours.shape
-        heads, head_dim = self.heads, self.head_dim
-        query = self.query(query_x).view(num_queries, heads, head_dim)  # [Q, H, dh]
-        # Project once per key node, then gather: cheaper than projecting Q * deg gathered rows; one
-        # index_select for keys and values together (its backward is far cheaper than x[idx]'s).
+        # Project once per key node, then gather inside the kernel: cheaper than projecting Q * deg rows.
         key_value = torch.cat([self.key(key_x), self.value(key_x)], dim=1)  # [K, 2D]
-        key, value = key_value.index_select(0, neighbours.flatten()).split(self.hidden, dim=1)  # [Q*deg, D] x2
-        # Edge-type (and SPD) terms through a one-hot matmul instead of an embedding lookup: a dense
-        # backward rather than an embedding backward that sorts all Q * deg type indices every step.
-        scale, bias = self.edge_code_tables()  # [C, D], [C, H]
-        spd = neighbour_spd.flatten() if neighbour_spd is not None else None
-        codes = edge_codes(neighbour_type.flatten(), spd, self.edge_bias.num_embeddings, self.spd_scale)
-        codes = codes.to(key.dtype)  # [Q*deg, C]
-        key = (key * (codes @ scale)).view(num_queries, degree, heads, head_dim)  # [Q, deg, H, dh]
-        value = value.view(num_queries, degree, heads, head_dim)  # [Q, deg, H, dh]
-        logits = torch.einsum("qhd,qkhd->qkh", query, key) / math.sqrt(head_dim)  # [Q, deg, H]
-        logits = logits + (codes @ bias).view(num_queries, degree, heads)  # [Q, deg, H]
-        mask = neighbour_mask.unsqueeze(-1)  # [Q, deg, 1]
-        attention = torch.softmax(logits.masked_fill(~mask, _MASKED_LOGIT), dim=1) * mask  # [Q, deg, H]
-        out = torch.einsum("qkh,qkhd->qhd", attention, value).reshape(num_queries, self.hidden)  # [Q, D]
+        code, scale, bias = self.slot_code_tables(neighbour_type, neighbour_spd)
+        out = fused_slot_attention(self.query(query_x), key_value, scale, bias, neighbours, code,
+                                   neighbour_mask, self.heads)  # [Q, D]
         return self.out(out)
+
+    def slot_code_tables(self, neighbour_type: Tensor, neighbour_spd: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Each slot's code and the E [C, D] and B [C, H] rows it indexes: per edge type, or per
+        (type, SPD bucket) pair with E_t + E^spd_b and B_t + B^spd_b (bucket 0 adds nothing)."""
+        scale, bias = self.edge_scale.weight, self.edge_bias.weight  # [T, D], [T, H]
+        if self.spd_scale is None or neighbour_spd is None:
+            return neighbour_type, scale, bias
+        spd_scale = torch.cat([self.spd_scale.new_zeros(1, self.hidden), self.spd_scale])  # [B, D]
+        spd_bias = torch.cat([self.spd_bias.new_zeros(1, self.heads), self.spd_bias])  # [B, H]
+        buckets = spd_scale.shape[0]
+        return (neighbour_type * buckets + neighbour_spd,
+                (scale[:, None] + spd_scale[None]).reshape(-1, self.hidden),
+                (bias[:, None] + spd_bias[None]).reshape(-1, self.heads))
 
     def forward_full(
         self,

@@ -30,6 +30,7 @@ ignored; the loaders already give both directions of every edge and no self-loop
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 
@@ -315,7 +316,7 @@ def _khop_chunks(adj: sp.csr_matrix, k: int) -> list[tuple[int, int]]:
     num_chunks = max(1, math.ceil(cumulative[-1] / _KHOP_WALK_BUDGET))
     cuts = np.searchsorted(cumulative, np.arange(1, num_chunks) * _KHOP_WALK_BUDGET, side="right")
     bounds = np.unique(np.concatenate([[0], cuts, [n]]))
-    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    return [(int(a), int(b)) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 def _khop_pairs(

@@ -3,6 +3,7 @@ AnchorGT's anchor and k-hop edges, DeepGraph's substructure tokens and SAN's Lap
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
@@ -24,6 +25,8 @@ from sgt_core.preprocess.substructure_tokens import SubstructureTokens
 # component on or off never changes what another draws. The expander keeps the plain seed it always had.
 _ANCHOR_STREAM = 1
 SUBSTRUCTURE_STREAM = 2
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,7 @@ def build_interaction_graph(
 
     expander_edges = None
     if expander_degree:
+        log.info("preprocess: drawing the degree-%d expander", expander_degree)
         expander_edges, expander_stats = _expander_edges(
             graph_edges.numpy(), num_real, expander_degree, ramanujan_slack, expander_max_tries,
             per_component, np.random.default_rng(seed),
@@ -125,6 +129,7 @@ def build_interaction_graph(
 
     if anchors is not None:
         started = time.perf_counter()
+        log.info("preprocess: anchors (k=%d) and k-hop edges", anchors.k)
         generator = np.random.default_rng([seed, _ANCHOR_STREAM])
         anchor_blocks, anchor_stats = _receptive_field_blocks(
             graph_edges.numpy(), num_real, anchors, expander_edges, generator
@@ -172,6 +177,7 @@ def build_interaction_graph(
 
     if lpe_eigenpairs:
         started = time.perf_counter()
+        log.info("preprocess: %d Laplacian eigenpairs for the LPE", lpe_eigenpairs)
         # [n, m] each: eigenvalues (the same on every row), eigenvector entries, padding mask
         values, vectors, mask = laplacian_eigenpairs(graph_edges.numpy(), num_real, lpe_eigenpairs)
         eigenvalues, eigenvectors = pad(torch.from_numpy(values), 0.0), pad(torch.from_numpy(vectors), 0.0)

@@ -13,14 +13,24 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from sgt_core.preprocess.substructures import SUBSTRUCTURE_TYPES
-
 # Edge-type ids are global and fixed, so embeddings and exported names mean the same thing everywhere.
 # New types are appended, never inserted, so existing ids keep their meaning.
 EDGE_TYPES: tuple[str, ...] = ("graph", "self", "expander", "virtual", "anchor", "khop", "substructure")
 # Node kinds: real graph nodes and added ones (virtual nodes, substructure tokens), which get a learnable
 # embedding instead of features; tokens also get an encoding of their substructure.
 NODE_KINDS: tuple[str, ...] = ("real", "virtual", "substructure")
+CYCLE_SIZES: tuple[int, ...] = tuple(range(3, 9))  # nodes on the cycle
+STAR_LEAVES: tuple[int, ...] = tuple(range(2, 7))  # leaves around the centre (leaves + 1 nodes)
+PATH_SIZES: tuple[int, ...] = tuple(range(4, 9))  # nodes on the path
+# Substructure token types (DeepGraph). Type ids are global and fixed, so a type embedding means the same
+# thing for every graph.
+SUBSTRUCTURE_TYPES: tuple[str, ...] = (
+    *(f"cycle_{k}" for k in CYCLE_SIZES),
+    *(f"star_{k}" for k in STAR_LEAVES),
+    *(f"path_{k}" for k in PATH_SIZES),
+    "hop2",
+    "random_walk",
+)
 # edge_spd value of edges without a distance encoding (every type but anchor and khop).
 NO_SPD = 0
 INTERACTION_GRAPH_FILE = "interaction_graph.pt"
@@ -47,7 +57,7 @@ class InteractionGraph:
         num_spd_buckets: rows of an SPD embedding table (max_spd + 1); 0 when no edge has an SPD.
         token_adjacency: float32 [T, s*s] each substructure token's induced adjacency in degree-ordered
             DFS order, padded to s x s and flattened (DeepGraph); [0, 0] without tokens.
-        token_type: int64 [T] index into `substructures.SUBSTRUCTURE_TYPES`; token t is node N - T + t.
+        token_type: int64 [T] index into `SUBSTRUCTURE_TYPES`; token t is node N - T + t.
         eigenvalues, eigenvectors: float32 [N, m] the m lowest Laplacian eigenpairs of the input graph
             per node (SAN's LPE input); m = 0 when the LPE is off.
         eigen_mask: bool [N, m] False on padding (fewer than m eigenpairs) and on every added node's row.

@@ -33,6 +33,7 @@ import numpy as np
 
 from sgt_core.errors import ConfigError, DatasetError
 from sgt_core.preprocess.adjacency import simple_adjacency
+from sgt_core.preprocess.interaction_graph import CYCLE_SIZES, PATH_SIZES, STAR_LEAVES, SUBSTRUCTURE_TYPES
 
 __all__ = [
     "CYCLE_SIZES",
@@ -49,17 +50,7 @@ __all__ = [
     "substructure_token_edges",
 ]
 
-CYCLE_SIZES: tuple[int, ...] = tuple(range(3, 9))  # nodes on the cycle
-STAR_LEAVES: tuple[int, ...] = tuple(range(2, 7))  # leaves around the centre (leaves + 1 nodes)
-PATH_SIZES: tuple[int, ...] = tuple(range(4, 9))  # nodes on the path
-# Type ids are global and fixed, so a type embedding means the same thing for every graph.
-SUBSTRUCTURE_TYPES: tuple[str, ...] = (
-    *(f"cycle_{k}" for k in CYCLE_SIZES),
-    *(f"star_{k}" for k in STAR_LEAVES),
-    *(f"path_{k}" for k in PATH_SIZES),
-    "hop2",
-    "random_walk",
-)
+# The vocabulary (SUBSTRUCTURE_TYPES) lives in the interaction graph's schema, which loads without scipy.
 _TYPE_ID = {name: i for i, name in enumerate(SUBSTRUCTURE_TYPES)}
 
 # Caps (maximum instances per type); a type missing from the mapping, or with cap 0, is off; None means
@@ -367,7 +358,7 @@ def _rows_to_tuples(rows: np.ndarray, nodes: np.ndarray, num_rows: int) -> list[
     """Groups (row, node) pairs sorted by row into one tuple per row."""
     bounds = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=num_rows))]).tolist()
     flat = nodes.tolist()
-    return [tuple(flat[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+    return [tuple(flat[a:b]) for a, b in itertools.pairwise(bounds)]
 
 
 def _hop2_neighbourhoods(
@@ -537,7 +528,7 @@ def match_substructures(
         src = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
         shuffled = indices[np.lexsort((generator.random(indices.size), src))].tolist()
         bounds = indptr.tolist()
-        nbrs = [shuffled[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        nbrs = [shuffled[a:b] for a, b in itertools.pairwise(bounds)]
         adj = [set(nb) for nb in nbrs]
         search = _Search(nbrs, adj, rank.tolist())
         roots = order.tolist()

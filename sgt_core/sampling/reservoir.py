@@ -68,7 +68,7 @@ def sample_neighbours(
         candidates = torch.where(valid, starts[rows].unsqueeze(1) + columns, 0)  # [n_b, w] edge ids
         keys = _sampling_keys(scores[candidates], method, generator)  # [n_b, w]
         keys = keys.masked_fill(~valid, float("-inf"))  # padding ranks below every real candidate
-        picked_keys, picked = keys.topk(min(degree, width), dim=1)  # [n_b, k]
+        _picked_keys, picked = keys.topk(min(degree, width), dim=1)  # [n_b, k]
         picked_edges = candidates.gather(1, picked)  # [n_b, k]
         picked_edges = picked_edges.masked_fill(~valid.gather(1, picked), -1)
         edges[rows, : picked.shape[1]] = picked_edges

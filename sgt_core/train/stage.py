@@ -14,9 +14,11 @@ from sgt_core.errors import ConfigError
 from sgt_core.export.scores import SCORES_DIR, read_attention_scores
 from sgt_core.metrics import all_metrics, evaluate, metric_name
 from sgt_core.models import NodeExtras, Spexphormer
+from sgt_core.optim import AdamW, CosineWithWarmup
 from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE, NODE_KINDS, InteractionGraph
+from sgt_core.progress import Progress
 from sgt_core.sampling import LayerSampler
-from sgt_core.schedules import cosine_with_warmup
+from sgt_core.sampling.degrees import SAMPLED_DEGREES_FILE, sampled_degree_histograms
 from sgt_core.seeding import seed_everything
 
 log = logging.getLogger(__name__)
@@ -65,8 +67,8 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
         lpe_layers=model_cfg["lpe_layers"],
         lpe_heads=model_cfg["lpe_heads"],
     ).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=options["lr"], weight_decay=options["weight_decay"])
-    scheduler = cosine_with_warmup(optimizer, options["warmup_epochs"], options["epochs"])
+    optimizer = AdamW(model.parameters(), lr=options["lr"], weight_decay=options["weight_decay"])
+    scheduler = CosineWithWarmup(optimizer, options["warmup_epochs"], options["epochs"])
     train_nodes, val_nodes, test_nodes = (m.nonzero().flatten().to(device)
                                           for m in (graph.train_mask, graph.val_mask, graph.test_mask))
     eval_nodes = torch.cat([val_nodes, test_nodes])
@@ -97,7 +99,8 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
 
     best = {"epoch": -1, "val": float("-inf"), "scores": {}, "state": None}
     history, started = [], time.perf_counter()
-    for epoch in range(options["epochs"]):
+    epochs = Progress(range(options["epochs"]), "train epoch", log)
+    for epoch in epochs:
         model.train()
         if batch_size is None:
             loss = train_step(train_nodes)
@@ -124,14 +127,15 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
                     },
                     "state": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
                 }
-            if epoch % 10 == 0 or epoch == options["epochs"] - 1:
-                log.info("train epoch %d/%d loss %.4f val_%s %.4f", epoch + 1, options["epochs"], loss, metric, val)
         history.append(row)
+        epochs.set_metrics(**{k: v for k, v in row.items() if k != "epoch"})
 
     seconds = time.perf_counter() - started
     checkpoint = {"state_dict": best["state"], "config": {"model": model_cfg, "train": options}, "epoch": best["epoch"]}
     torch.save(checkpoint, out_dir / MODEL_FILE)
     (out_dir / HISTORY_FILE).write_text(json.dumps(history))
+    # What one epoch's sampling gives each node per layer, as a histogram for the tracking layer.
+    (out_dir / SAMPLED_DEGREES_FILE).write_text(json.dumps(sampled_degree_histograms(sampler, cfg["seed"])))
     return {
         "best_epoch": best["epoch"],
         **best["scores"],

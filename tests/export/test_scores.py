@@ -22,7 +22,7 @@ def exported(tmp_path_factory):
 
 
 def test_schema(exported):
-    cfg, graph, scores_dir = exported
+    cfg, _graph, scores_dir = exported
     files = sorted(scores_dir.glob("layer_*.parquet"))
     assert len(files) == cfg["model"]["num_layers"]
     schema = pq.read_schema(files[0])

@@ -68,7 +68,7 @@ def test_identical_run_is_served_from_cache(pipeline):
 
 
 def test_stage_train_reruns_only_training(pipeline):
-    run, first, client, root = pipeline
+    run, first, _client, root = pipeline
     model_file = root / "train" / first["keys"]["train"] / "model.pt"
     before = model_file.stat().st_mtime_ns
     rerun = run("stage=train")

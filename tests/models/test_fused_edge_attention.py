@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
+import pytest
 import torch
 
-from sgt_core.models.fused_edge_attention import fused_edge_attention
+from sgt_core.models import fused_edge_attention as fused_module
+from sgt_core.models.fused_edge_attention import destination_chunks, fused_edge_attention
 
 
 def graph(num_nodes=7, seed=0):
@@ -41,7 +44,9 @@ def inputs(dtype=torch.float64, spread=1.0):
     return [t.requires_grad_() for t in tensors], edge_index, code, in_degree
 
 
-def test_matches_autograd_forward_and_backward():
+@pytest.mark.parametrize("chunk_edges", [None, 5, 1])  # one chunk; several; one per node (big nodes)
+def test_matches_autograd_forward_and_backward(chunk_edges, monkeypatch):
+    monkeypatch.setattr(fused_module, "CHUNK_EDGES", chunk_edges or fused_module.CHUNK_EDGES)
     for temperature, spread in [(1.0, 1.0), (0.1, 3.0)]:  # the second case clips many logits
         tensors, edge_index, code, in_degree = inputs(spread=spread)
         out, scores = fused_edge_attention(*tensors, edge_index, code, in_degree, temperature, 8.0)
@@ -54,7 +59,21 @@ def test_matches_autograd_forward_and_backward():
             assert torch.allclose(grad, ref_grad, atol=1e-10)
 
 
-def test_gradcheck():
+def test_destination_chunks_cover_every_edge_on_node_boundaries():
+    in_degree = torch.tensor([3, 0, 1, 7, 2, 0, 0, 4])
+    ptr = [0, *torch.cumsum(in_degree, 0).tolist()]
+    for chunk_edges in (1, 3, 4, 100):
+        chunks = destination_chunks(in_degree, chunk_edges)
+        assert chunks[0][:3:2] == (0, 0) and chunks[-1][1] == 8 and chunks[-1][3] == ptr[-1]
+        for (_, end_node, _, end), (next_node, _, next_edge, _) in itertools.pairwise(chunks):
+            assert end_node == next_node and end == next_edge  # contiguous
+        for first_node, end_node, first, end in chunks:
+            assert (ptr[first_node], ptr[end_node]) == (first, end)  # whole nodes only
+            assert end - first <= chunk_edges + int(in_degree.max())  # a big node may overshoot once
+
+
+def test_gradcheck(monkeypatch):
+    monkeypatch.setattr(fused_module, "CHUNK_EDGES", 6)
     tensors, edge_index, code, in_degree = inputs()
     assert torch.autograd.gradcheck(
         lambda *t: fused_edge_attention(*t, edge_index, code, in_degree, 0.7, 8.0), tensors
@@ -65,7 +84,7 @@ def test_memory_efficient_estimator_attention_matches_the_plain_one():
     from sgt_core.models import EstimatorAttention
 
     torch.manual_seed(1)
-    edge_index, code, in_degree = graph()
+    edge_index, code, _in_degree = graph()
     edge_type, edge_spd = code, torch.randint(0, 4, code.shape)
     plain = EstimatorAttention(width=4, num_edge_types=3, num_spd_buckets=4)
     with torch.no_grad():

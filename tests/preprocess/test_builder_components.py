@@ -15,7 +15,7 @@ from sgt_core.preprocess.substructure_tokens import (
 )
 from tests.preprocess.test_interaction_graph import path_graph
 
-BASE = dict(self_loops=True, expander_degree=4, ramanujan_slack=0.5, expander_max_tries=50, virtual_nodes=2, seed=0)
+BASE = {"self_loops": True, "expander_degree": 4, "ramanujan_slack": 0.5, "expander_max_tries": 50, "virtual_nodes": 2, "seed": 0}
 # Small caps keep matching instant on the test graphs.
 CAPS = {"path_4": 20, "path_5": 20, "star_2": 20, "hop2": None, "random_walk": None}
 

@@ -26,8 +26,8 @@ def path_graph(num_nodes: int) -> Data:
 
 
 def build(graph: Data, **overrides) -> InteractionGraph:
-    options = dict(self_loops=True, expander_degree=4, ramanujan_slack=0.5, expander_max_tries=50,
-                   virtual_nodes=2, seed=0)
+    options = {"self_loops": True, "expander_degree": 4, "ramanujan_slack": 0.5, "expander_max_tries": 50,
+                   "virtual_nodes": 2, "seed": 0}
     options.update(overrides)
     return build_interaction_graph(graph, **options)
 

@@ -50,7 +50,7 @@ def test_small_neighbourhoods_take_all_and_mask_the_rest():
 
 def test_subset_of_nodes():
     ptr = csr([3, 3, 3])
-    edges, mask = sample_neighbours(ptr, torch.ones(9), 3, nodes=torch.tensor([2, 0]))
+    edges, _mask = sample_neighbours(ptr, torch.ones(9), 3, nodes=torch.tensor([2, 0]))
     assert sorted(edges[0].tolist()) == [6, 7, 8] and sorted(edges[1].tolist()) == [0, 1, 2]
 
 

@@ -1,0 +1,52 @@
+"""Samples this process's resident memory (RSS) in a background thread while a stage runs."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Self
+
+import psutil
+
+# Often enough to catch a stage's peak, rare enough that the sampling thread costs nothing measurable.
+INTERVAL_SECONDS = 0.5
+
+
+class MemorySampler:
+    """Context manager recording (seconds since start, RSS in MB) every `interval` seconds.
+
+    The thread mostly sleeps in `Event.wait`, so it holds the GIL for microseconds per sample; a sample is
+    also taken on entry and on exit, so even a stage shorter than one interval has a start and an end.
+    """
+
+    def __init__(self, interval: float = INTERVAL_SECONDS) -> None:
+        self.interval = interval
+        self.samples: list[tuple[float, float]] = []
+        self._process = psutil.Process()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sgt-memory-sampler", daemon=True)
+        self._started = 0.0
+        self.started_at = 0.0  # wall-clock time (time.time()) of the first sample
+
+    def __enter__(self) -> Self:
+        self._started, self.started_at = time.perf_counter(), time.time()
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    @property
+    def peak_mb(self) -> float:
+        return max(rss for _, rss in self.samples)
+
+    def _sample(self) -> None:
+        rss_mb = self._process.memory_info().rss / 2**20
+        self.samples.append((time.perf_counter() - self._started, rss_mb))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()

@@ -1,0 +1,155 @@
+"""Matplotlib figures of what a stage computed, for its MLflow run: curves, score summaries, degrees, memory.
+
+Figures are built as `matplotlib.figure.Figure` objects, never through pyplot: no global figure state, so
+drawing is safe in whichever thread Prefect runs a task, and PNGs are rendered by the Agg backend without
+a display.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from sgt_core.export.scores import SCORES_DIR
+from sgt_core.export.summary import summarise_scores
+from sgt_core.sampling.degrees import IN_DEGREES_FILE, SAMPLED_DEGREES_FILE
+from sgt_core.train.stage import HISTORY_FILE  # the estimate stage writes the same file name
+
+PANEL_SIZE = (4.5, 3.4)  # inches per subplot; at 100 dpi a panel is 450 x 340 pixels
+DPI = 100
+# Up to this many distinct degrees get one bar per integer; wider ranges are binned, with a log count axis
+# so that a few hubs stay visible beside millions of ordinary nodes.
+MAX_INTEGER_BINS = 64
+
+
+def _panels(count: int, title: str, max_columns: int = 4) -> tuple[Figure, list]:
+    """A figure with `count` subplots in rows of at most `max_columns`, titled `title`."""
+    columns = min(count, max_columns)
+    rows = math.ceil(count / columns)
+    figure = Figure(figsize=(PANEL_SIZE[0] * columns, PANEL_SIZE[1] * rows + 0.4), dpi=DPI, layout="constrained")
+    axes = figure.subplots(rows, columns, squeeze=False).flatten()
+    for unused in axes[count:]:
+        unused.set_visible(False)
+    figure.suptitle(title)
+    return figure, list(axes[:count])
+
+
+def training_curves(history: list[dict], title: str) -> Figure:
+    """One panel per logged quantity (loss, val_<metric>, temperature, ...) against the epoch.
+
+    Rows without a quantity (epochs between evaluations) are skipped, so sparse curves still draw.
+    """
+    keys = list(dict.fromkeys(key for row in history for key in row if key != "epoch"))
+    figure, axes = _panels(max(1, len(keys)), title)
+    for ax, key in zip(axes, keys):
+        epochs = [row["epoch"] for row in history if key in row]
+        values = [row[key] for row in history if key in row]
+        ax.plot(epochs, values, marker="o" if len(values) <= 30 else None, markersize=3)
+        ax.set(title=key, xlabel="epoch", ylabel=key)
+        ax.grid(alpha=0.3)
+    return figure
+
+
+def entropy_per_layer(per_layer: list[tuple]) -> Figure:
+    """Mean per-node entropy of each layer's attention scores beside that of uniform attention (ln degree).
+
+    Args:
+        per_layer: `summarise_scores(...)["per_layer"]` rows (layer, nodes, mean entropy, mean uniform
+            entropy, max normalisation error).
+    """
+    layers = np.array([row[0] for row in per_layer])
+    figure, (ax,) = _panels(1, "Attention-score entropy per layer")
+    width = 0.4
+    for offset, column, label in ((-width / 2, 2, "estimator scores"), (width / 2, 3, "uniform over neighbours")):
+        bars = ax.bar(layers + offset, [row[column] for row in per_layer], width, label=label)
+        ax.bar_label(bars, fmt="%.2f", fontsize="x-small")
+    top = max(max(row[2], row[3]) for row in per_layer)
+    ax.set(xlabel="layer", ylabel="mean entropy per node (nats)", xticks=layers, ylim=(0, 1.3 * top or 1))
+    ax.legend(loc="upper center", ncols=2, fontsize="small")
+    ax.grid(axis="y", alpha=0.3)
+    return figure
+
+
+def mass_per_edge_type(mass: list[tuple]) -> Figure:
+    """Per layer, the mean share of a node's attention that goes to each edge type (shares sum to 1).
+
+    Args:
+        mass: `summarise_scores(...)["mass"]` rows (layer, edge type, mass, nodes with that type).
+    """
+    layers = sorted({row[0] for row in mass})
+    edge_types = list(dict.fromkeys(row[1] for row in mass))
+    by_key = {(row[0], row[1]): row[2] for row in mass}
+    figure, (ax,) = _panels(1, "Attention mass per edge type")
+    figure.set_figwidth(max(PANEL_SIZE[0], 1.2 * len(layers) * len(edge_types) ** 0.5 + 2))
+    width = 0.8 / len(edge_types)
+    for index, edge_type in enumerate(edge_types):
+        positions = np.arange(len(layers)) + (index - (len(edge_types) - 1) / 2) * width
+        bars = ax.bar(positions, [by_key.get((layer, edge_type), 0.0) for layer in layers], width, label=edge_type)
+        ax.bar_label(bars, fmt="%.2f", fontsize="x-small")
+    ax.set(xlabel="layer", ylabel="mean attention mass per node", ylim=(0, 1.08),
+           xticks=np.arange(len(layers)), xticklabels=[str(layer) for layer in layers])
+    ax.legend(title="edge type", fontsize="small")
+    ax.grid(axis="y", alpha=0.3)
+    return figure
+
+
+def degree_histograms(histograms: dict[str, dict], title: str, xlabel: str) -> Figure:
+    """One histogram panel per entry of {name: {"degree": [...], "nodes": [...]}} (`sgt_core.sampling.degrees`)."""
+    figure, axes = _panels(len(histograms), title)
+    for ax, (name, histogram) in zip(axes, histograms.items()):
+        degree, nodes = np.asarray(histogram["degree"]), np.asarray(histogram["nodes"])
+        if degree.max() - degree.min() < MAX_INTEGER_BINS:
+            bins = np.arange(degree.min(), degree.max() + 2) - 0.5  # one bar per integer degree
+            ylabel = "nodes"
+        else:
+            bins = np.linspace(degree.min(), degree.max() + 1, MAX_INTEGER_BINS // 2)
+            ax.set_yscale("log")
+            ylabel = "nodes (log scale)"
+        ax.hist(degree, bins=bins, weights=nodes, edgecolor="white", linewidth=0.5)
+        mean = float((degree * nodes).sum() / nodes.sum())
+        ax.set(title=f"{name} (mean {mean:.1f}, max {degree.max()})", xlabel=xlabel, ylabel=ylabel)
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True, min_n_ticks=1))  # whole degrees
+        ax.grid(axis="y", alpha=0.3)
+    return figure
+
+
+def memory_over_time(samples: list[tuple[float, float]], title: str) -> Figure:
+    """The process's resident memory (RSS) against seconds since the stage started, peak marked."""
+    seconds, rss_mb = np.array(samples).T
+    figure, (ax,) = _panels(1, title)
+    ax.plot(seconds, rss_mb, marker="." if len(samples) <= 60 else None)
+    peak = int(rss_mb.argmax())
+    late = seconds[peak] > seconds[-1] / 2  # keep the label inside the axes
+    ax.annotate(f"peak {rss_mb[peak]:.0f} MB", (seconds[peak], rss_mb[peak]), textcoords="offset points",
+                xytext=(0, 6), ha="right" if late else "left", fontsize="small")
+    ax.set(xlabel="seconds since the stage started", ylabel="RSS (MB)", ylim=(0, rss_mb.max() * 1.15))
+    ax.grid(alpha=0.3)
+    return figure
+
+
+def stage_figures(stage: str, output: Path) -> dict[str, Figure]:
+    """Every figure the data files in a stage's artifact folder support, by artifact name."""
+    figures = {}
+    if (output / HISTORY_FILE).is_file():
+        history = json.loads((output / HISTORY_FILE).read_text())
+        if history:
+            figures["training_curves"] = training_curves(history, f"{stage}: per-epoch metrics")
+    if (output / SCORES_DIR).is_dir():
+        summary = summarise_scores(output / SCORES_DIR)
+        figures["entropy_per_layer"] = entropy_per_layer(summary["per_layer"])
+        figures["mass_per_edge_type"] = mass_per_edge_type(summary["mass"])
+    if (output / IN_DEGREES_FILE).is_file():
+        histograms = json.loads((output / IN_DEGREES_FILE).read_text())
+        figures["neighbourhood_sizes"] = degree_histograms(
+            histograms, "Interaction graph: neighbourhood sizes (all edges, then per edge type)",
+            "incoming edges per node")
+    if (output / SAMPLED_DEGREES_FILE).is_file():
+        histograms = json.loads((output / SAMPLED_DEGREES_FILE).read_text())
+        figures["sampled_degrees"] = degree_histograms(
+            histograms, "Sampled neighbours per node in one epoch, per layer", "real (unmasked) neighbours")
+    return figures

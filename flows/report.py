@@ -1,0 +1,117 @@
+"""Reading a pipeline run back from MLflow for `sgt report`: its config, metrics, timings and artifacts."""
+
+from __future__ import annotations
+
+import datetime
+import textwrap
+from pathlib import Path
+
+from mlflow.entities import Run
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from flows.tracking import tracking_uri
+from sgt_core.config import STAGE_NAMES, compose_config
+from sgt_core.errors import SGTError
+from sgt_core.pipeline import stage_keys
+
+
+def selects_configuration(overrides: list[str]) -> bool:
+    """Whether an override changes what runs; paths.*, mlflow.* and stage only say where or how much."""
+    keys = [override.lstrip("+~").split("=", 1)[0] for override in overrides]
+    return any(key != "stage" and not key.startswith(("paths.", "mlflow.")) for key in keys)
+
+
+def find_pipeline_run(overrides: list[str], run_id: str | None = None) -> tuple[MlflowClient, Run]:
+    """The client and the pipeline run to report: `run_id`, else the newest run matching the overrides.
+
+    Overrides that select a configuration narrow the search to runs with that configuration's train key
+    (which covers every upstream key); without them, the newest pipeline run of any experiment is taken.
+    """
+    cfg = compose_config(overrides)
+    uri = tracking_uri(cfg)
+    database = uri.removeprefix("sqlite:///")
+    if uri.startswith("sqlite:///") and not Path(database).is_file():
+        # Opening a missing sqlite store would create an empty one; a report must not write anything.
+        raise SGTError(f"{database}: no MLflow store, so no pipeline run yet; run `sgt run` first")
+    client = MlflowClient(uri)
+    if run_id:
+        return client, _pipeline_run_by_id(client, run_id)
+    query = "tags.`sgt.stage` = 'pipeline'"
+    which = ""
+    if selects_configuration(overrides):
+        query += f" AND tags.`sgt.key.train` = '{stage_keys(cfg)['train']}'"
+        which = " of this configuration"
+    experiments = [experiment.experiment_id for experiment in client.search_experiments()]
+    runs = client.search_runs(experiments, query, order_by=["attributes.start_time DESC"], max_results=1)
+    if not runs:
+        raise SGTError(f"{uri}: no pipeline run{which} yet; run `sgt run` first")
+    return client, runs[0]
+
+
+def _pipeline_run_by_id(client: MlflowClient, run_id: str) -> Run:
+    """The pipeline run `run_id`, or the pipeline a stage's run `run_id` belongs to."""
+    try:
+        run = client.get_run(run_id)
+    except MlflowException:
+        raise SGTError(f"--run-id {run_id}: no such run in {client.tracking_uri}") from None
+    parent = run.data.tags.get("mlflow.parentRunId")
+    if run.data.tags.get("sgt.stage") != "pipeline" and parent:
+        run = client.get_run(parent)
+    if run.data.tags.get("sgt.stage") != "pipeline":
+        raise SGTError(f"--run-id {run_id}: not an sgt pipeline run")
+    return run
+
+
+def pipeline_report(client: MlflowClient, run: Run) -> dict:
+    """A pipeline run as plain data: config, metrics, per-stage timing and cache hit, artifact folders."""
+    children = client.search_runs([run.info.experiment_id], f"tags.mlflow.parentRunId = '{run.info.run_id}'")
+    by_stage = {child.data.tags.get("sgt.stage"): child for child in children}
+    stages = [
+        {
+            "stage": name,
+            "cache_hit": child.data.tags.get("sgt.cache_hit") == "true",
+            "seconds": child.data.metrics.get("stage_seconds"),
+            "key": child.data.tags.get("sgt.cache_key"),
+            "artifact_dir": child.data.tags.get("sgt.artifact_dir"),
+            "status": child.info.status,
+        }
+        for name in STAGE_NAMES
+        if (child := by_stage.get(name)) is not None
+    ]
+    started = datetime.datetime.fromtimestamp(run.info.start_time / 1000).isoformat(" ", "seconds")
+    return {
+        "run_id": run.info.run_id,
+        "experiment": client.get_experiment(run.info.experiment_id).name,
+        "status": run.info.status,
+        "started": started,
+        "tracking_uri": client.tracking_uri,
+        "config": dict(sorted(run.data.params.items())),
+        "metrics": {k: v for k, v in sorted(run.data.metrics.items()) if k.startswith(("val_", "test_"))},
+        "pipeline_seconds": run.data.metrics.get("pipeline_seconds"),
+        "stages": stages,
+    }
+
+
+def format_report(report: dict) -> str:
+    """The report as text: the config one wrapped line per section, then metrics, timings and folders."""
+    lines = [f"pipeline run {report['run_id']} ({report['status'].lower()}, started {report['started']})",
+             f"experiment {report['experiment']} in {report['tracking_uri']}", "", "config:"]
+    sections: dict[str, list[str]] = {}
+    for name, value in report["config"].items():
+        section, _, rest = name.partition(".")
+        sections.setdefault(section if rest else "", []).append(f"{rest or section}={value}")
+    for section, values in sections.items():
+        lines += textwrap.wrap(" ".join(values), 110, initial_indent=f"  {section or '(top)':<11} ",
+                               subsequent_indent=" " * 14, break_on_hyphens=False)
+    lines += ["", "metrics:"] + [f"  {name} = {value:.4f}" for name, value in report["metrics"].items()]
+    total = report["pipeline_seconds"]
+    lines += ["", f"timings (pipeline {total:.1f} s):" if total is not None else "timings:"]
+    for stage in report["stages"]:
+        seconds = f"{stage['seconds']:.1f} s" if stage["seconds"] is not None else "-"
+        lines.append(f"  {stage['stage']:<11} {'cached' if stage['cache_hit'] else 'ran':<7} {seconds:>9}")
+    lines += ["", "artifacts:"]
+    for stage in report["stages"]:
+        missing = "" if stage["artifact_dir"] and Path(stage["artifact_dir"]).is_dir() else "  (missing)"
+        lines.append(f"  {stage['stage']:<11} {stage['artifact_dir'] or '-'}{missing}")
+    return "\n".join(lines)

@@ -1,0 +1,57 @@
+"""`sgt serve`: the pipeline as a Prefect deployment whose dataset, preset and overrides the Prefect UI fills in."""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact
+from prefect.states import Failed, State
+
+from flows.cli import preflight
+from flows.pipeline import sgt_pipeline
+from sgt_core.errors import SGTError
+
+DEPLOYMENT_NAME = "sgt"  # triggered as "sgt-run/sgt": <flow name>/<deployment name>
+
+
+def hydra_overrides(dataset: str | None, preset: str | None, overrides: tuple[str, ...]) -> list[str]:
+    """The deployment's parameters as the Hydra overrides `sgt run` takes."""
+    chosen = [f"dataset={dataset}"] if dataset else []
+    chosen += [f"+experiment={preset}"] if preset else []
+    return [*chosen, *overrides]
+
+
+@flow(name="sgt-run", persist_result=False)
+def sgt_run(dataset: str | None = None, preset: str | None = None, overrides: tuple[str, ...] = ()) -> dict | State:
+    """Runs the pipeline (preprocess -> estimate -> export -> train) as `sgt run` would, tracked in MLflow.
+
+    Args:
+        dataset: a conf/dataset/ option, e.g. minesweeper (generated), npz or long_range; empty keeps the
+            preset's dataset, else minesweeper.
+        preset: a conf/experiment/ preset, e.g. tolokers, cora or long_range (the paper's settings).
+        overrides: further Hydra overrides, as on the `sgt run` command line, e.g. "train.epochs=50".
+    """
+    run_overrides = hydra_overrides(dataset, preset, overrides)
+    try:
+        preflight(run_overrides)  # bad parameters fail here, before any stage runs or MLflow run exists
+        result = sgt_pipeline(run_overrides)
+    except SGTError as error:
+        # The CLI's one-line message, as the run's log line and its failed state, without a traceback.
+        get_run_logger().error("error: %s", error)
+        return Failed(message=f"error: {error}")
+    create_markdown_artifact(mlflow_summary(result), key="sgt-mlflow-run", description="the run in MLflow")
+    return result
+
+
+def mlflow_summary(result: dict) -> str:
+    """Markdown for the Prefect UI pointing at the run's MLflow parent run, with its final metrics."""
+    rows = "".join(f"| {name} | {value:.4f} |\n" for name, value in result["metrics"].items())
+    return (f"MLflow parent run `{result['run_id']}` in `{result['tracking_uri']}`\n\n"
+            f"| metric | value |\n|---|---|\n{rows}")
+
+
+def serve() -> None:
+    """Registers the deployment on the Prefect API and runs its flow runs until Ctrl-C.
+
+    `flow.serve` polls the API itself, so no work pool or worker is needed.
+    """
+    sgt_run.serve(name=DEPLOYMENT_NAME, tags=["sgt"])

@@ -1,0 +1,87 @@
+"""AdamW and its warm-up cosine schedule, without the ~70 MB that torch.optim's first use imports."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+
+
+class AdamW:
+    """Adam with decoupled weight decay (Loshchilov & Hutter, 2019): the update of torch.optim.AdamW.
+
+    Why not torch.optim.AdamW: its base class imports torch._dynamo (and with it sympy) the first time a
+    parameter group is added and on every step, which costs ~70 MB of resident memory in each stage
+    process, a sixth of the Minesweeper preset's memory budget, for optimizer state that is a few thousand
+    numbers here. The arithmetic below is torch's single-tensor AdamW, step for step (tests/test_optim.py
+    checks it against torch.optim.AdamW); each parameter counts its own steps, so one that gets no
+    gradient in a step is left untouched, as in torch.
+
+    Args:
+        parameters: the tensors to optimise (those without requires_grad are ignored).
+        lr: learning rate (the schedule below rescales `lr` from `base_lr`).
+        weight_decay: decoupled weight decay.
+        betas, eps: Adam's moment decay rates and denominator epsilon.
+    """
+
+    def __init__(
+        self,
+        parameters: Iterable[torch.Tensor],
+        lr: float,
+        weight_decay: float = 1e-2,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ) -> None:
+        self.parameters = [p for p in parameters if p.requires_grad]
+        self.base_lr = self.lr = lr
+        self.weight_decay, self.betas, self.eps = weight_decay, betas, eps
+        self.exp_avg = [torch.zeros_like(p) for p in self.parameters]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in self.parameters]
+        self.steps = [0] * len(self.parameters)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for parameter in self.parameters:
+            if set_to_none:
+                parameter.grad = None
+            elif parameter.grad is not None:
+                parameter.grad.zero_()
+
+    @torch.no_grad()
+    def step(self) -> None:
+        beta1, beta2 = self.betas
+        for index, (parameter, exp_avg, exp_avg_sq) in enumerate(
+            zip(self.parameters, self.exp_avg, self.exp_avg_sq)
+        ):
+            if parameter.grad is None:
+                continue
+            grad = parameter.grad
+            self.steps[index] += 1
+            step = self.steps[index]
+            parameter.mul_(1 - self.lr * self.weight_decay)
+            exp_avg.lerp_(grad, 1 - beta1)
+            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            denominator = (exp_avg_sq.sqrt() / math.sqrt(1 - beta2**step)).add_(self.eps)
+            parameter.addcdiv_(exp_avg, denominator, value=-self.lr / (1 - beta1**step))
+
+
+class CosineWithWarmup:
+    """Linear warm-up over `warmup_epochs`, then cosine decay to zero at `total_epochs` (stepped per epoch).
+
+    Sets `optimizer.lr` to `optimizer.base_lr` times the factor of the current epoch, starting at epoch 0.
+    """
+
+    def __init__(self, optimizer: AdamW, warmup_epochs: int, total_epochs: int) -> None:
+        self.optimizer, self.warmup_epochs, self.total_epochs = optimizer, warmup_epochs, total_epochs
+        self.epoch = 0
+        optimizer.lr = optimizer.base_lr * self.factor(0)
+
+    def factor(self, epoch: int) -> float:
+        if epoch < self.warmup_epochs:
+            return (epoch + 1) / (self.warmup_epochs + 1)
+        progress = (epoch - self.warmup_epochs) / max(1, self.total_epochs - self.warmup_epochs)
+        return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+
+    def step(self) -> None:
+        self.epoch += 1
+        self.optimizer.lr = self.optimizer.base_lr * self.factor(self.epoch)
