@@ -169,6 +169,25 @@ def gcn_baseline(dataset: str, seeds: list[int]) -> list[float]:
     return [train_gcn(compose_config([*DATASETS[dataset], f"seed={seed}"])) for seed in seeds]
 
 
+def previous_rows(path: Path) -> list[dict]:
+    """The rows of an earlier results.csv with numbers parsed back (none if absent or of another layout)."""
+    if not path.is_file():
+        return []
+    with open(path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    if not rows or "export_peak_mb" not in rows[0]:
+        return []
+
+    def parse(key: str, value: str):
+        if key in ("dataset", "variant", "metric"):
+            return value
+        if key == "seed":
+            return int(value)
+        return float(value) if value not in ("", "None") else None
+
+    return [{key: parse(key, value) for key, value in row.items()} for row in rows]
+
+
 def mean_std(values: list[float], scale: float = 1.0) -> str:
     values = [v * scale for v in values if v is not None]
     if not values:
@@ -244,7 +263,9 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     store = ArtifactStore(out / "cache")
-    rows = []
+    # Rows of earlier invocations stay in the report (a narrowed run adds to it rather than replacing it);
+    # a (dataset, variant, seed) measured again replaces its old row.
+    measured = {(r["dataset"], r["variant"], r["seed"]): r for r in previous_rows(out / "results.csv")}
     for dataset in args.datasets:
         for variant in args.variants:
             if dataset == "long_range" and variant not in ("spexphormer", "graph_only"):
@@ -254,10 +275,10 @@ def main(argv: list[str] | None = None) -> None:
             seeds = args.seeds if variant == "spexphormer" else (args.ablation_seeds or args.seeds)
             for seed in range(seeds):
                 row = run_one(store, dataset, variant, seed)
-                rows.append(row)
+                measured[(dataset, variant, seed)] = row
                 print(json.dumps({k: row[k] for k in ("dataset", "variant", "seed", "test", "estimate_s", "train_s")}),
                       flush=True)
-                write_report(out, rows, {})
+                write_report(out, list(measured.values()), {})
     extras = {}
     if "minesweeper" in args.datasets:
         extras["Sampler throughput (Minesweeper, layer 0 scores)"] = sampler_throughput(store)
@@ -268,7 +289,7 @@ def main(argv: list[str] | None = None) -> None:
             extras[f"2-layer GCN (PyG) on {dataset}, same split, test accuracy ×100"] = mean_std(scores, 100)
     extras["GPU"] = ("not measured: no device machine was lent to this task; the train stage picks CUDA "
                      "when torch.cuda.is_available() and records the device in MLflow (tag sgt.device)")
-    write_report(out, rows, extras)
+    write_report(out, list(measured.values()), extras)
     print(f"wrote {out / 'results.md'} and {out / 'results.csv'}")
 
 

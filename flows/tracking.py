@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import tempfile
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -32,6 +33,21 @@ def flatten(value, prefix: str = "") -> dict[str, str]:
             items.update(flatten(inner, f"{prefix}{key}."))
         return items
     return {prefix.rstrip("."): json.dumps(value) if isinstance(value, list) else str(value)}
+
+
+def _owner() -> dict[str, str]:
+    """Tags naming the process that writes a run, so a later run can tell whether it died."""
+    return {"sgt.host": socket.gethostname(), "sgt.pid": str(os.getpid())}
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def tracking_uri(cfg: dict) -> str:
@@ -80,12 +96,28 @@ class Tracker:
                     self.experiment_id = self.client.get_experiment_by_name(name).experiment_id
             else:
                 self.experiment_id = experiment.experiment_id
+        self.close_orphaned_runs()
+
+    def close_orphaned_runs(self) -> list[str]:
+        """Marks KILLED this experiment's RUNNING runs whose process on this machine has gone.
+
+        A run killed outright (SIGKILL, out of memory, power loss) never closes its MLflow runs; the next
+        pipeline that opens the experiment does it for them. Runs of other machines, and of processes that
+        still exist, are left alone. Returns the ids it closed.
+        """
+        host, closed = socket.gethostname(), []
+        for run in self.client.search_runs([self.experiment_id], "attributes.status = 'RUNNING'", max_results=1000):
+            tags = run.data.tags
+            if tags.get("sgt.host") == host and "sgt.pid" in tags and not _process_exists(int(tags["sgt.pid"])):
+                self.client.set_terminated(run.info.run_id, "KILLED")
+                closed.append(run.info.run_id)
+        return closed
 
     def start_pipeline(self, cfg: dict, keys: dict[str, str]) -> str:
         run = self.client.create_run(
             self.experiment_id,
             run_name=f"pipeline-{keys['train'][:8]}",
-            tags={"sgt.stage": "pipeline", **{f"sgt.key.{stage}": key for stage, key in keys.items()}},
+            tags={"sgt.stage": "pipeline", **{f"sgt.key.{stage}": key for stage, key in keys.items()}, **_owner()},
         )
         self._log_params(run.info.run_id, flatten(cfg))
         with tempfile.TemporaryDirectory() as folder:
@@ -103,6 +135,7 @@ class Tracker:
                 "sgt.stage": stage,
                 "sgt.cache_hit": str(cache_hit).lower(),
                 "sgt.cache_key": key,
+                **_owner(),
             },
         )
         self._log_params(run.info.run_id, flatten(params))

@@ -109,8 +109,11 @@ def test_killed_run_leaves_nothing_complete_and_the_next_run_resumes(pipeline_en
     (estimate,) = complete_folders(artifacts_dir / "estimate")
     assert json.loads((estimate / MANIFEST_FILE).read_text())["mlflow_run_id"] == stages["estimate"].info.run_id
     assert not private_folders(artifacts_dir)  # the next write to each stage removed the dead writer's folder
-    # SIGKILL leaves no chance to close the killed run's MLflow runs (README "Failure behaviour")
-    assert killed.info.status == "RUNNING"
+    # SIGKILL left the killed run's MLflow runs RUNNING; the next run on this machine closed them
+    assert killed.info.status == "KILLED"
+    killed_stages = stage_runs(client, killed)
+    assert killed_stages["estimate"].info.status == "KILLED"
+    assert killed_stages["preprocess"].info.status == "FINISHED"
 
 
 # --- two runs at once on one artifacts root and one MLflow store -------------------------------------------
