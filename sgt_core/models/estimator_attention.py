@@ -124,16 +124,9 @@ class EstimatorAttention(nn.Module):
     def _forward_fused(self, x, edge_index, edge_type, edge_spd, in_degree, temperature) -> tuple[Tensor, Tensor]:
         """The same attention through the fused kernel: one code per edge, type * buckets + bucket."""
         value = self.value_scale * F.normalize(self.value(x), dim=-1)  # [N, d]
-        scale, bias = self.edge_scale.weight, self.edge_bias.weight  # [T, d], [T, 1]
-        code = edge_type
-        if self.spd_scale is not None and edge_spd is not None:
-            # bucket 0 adds nothing: pad a zero row, then every (type, bucket) pair gets E_t + E_b, B_t + B_b
-            spd_scale = torch.cat([self.spd_scale.new_zeros(1, self.width), self.spd_scale])  # [B, d]
-            spd_bias = torch.cat([self.spd_bias.new_zeros(1, 1), self.spd_bias])  # [B, 1]
-            buckets = spd_scale.shape[0]
-            scale = (scale[:, None] + spd_scale[None]).reshape(-1, self.width)  # [T * B, d]
-            bias = (bias[:, None] + spd_bias[None]).reshape(-1, 1)  # [T * B, 1]
-            code = edge_type * buckets + edge_spd
+        code, scale, bias = type_and_distance_codes(
+            edge_type, edge_spd, self.edge_scale.weight, self.edge_bias.weight, self.spd_scale, self.spd_bias
+        )  # [E], [C, d], [C, 1]
         out, scores = fused_edge_attention(
             self.query(x), self.key(x), value, scale, bias.squeeze(1), edge_index, code, in_degree,
             temperature, self.logit_clip,
@@ -146,6 +139,33 @@ class EstimatorAttention(nn.Module):
             return self.edge_scale.weight, self.edge_bias.weight
         scale = torch.cat([self.edge_scale.weight, self.spd_scale])  # [T + B - 1, d]
         return scale, torch.cat([self.edge_bias.weight, self.spd_bias])  # [T + B - 1, 1]
+
+
+def type_and_distance_codes(
+    edge_type: Tensor,
+    edge_spd: Tensor | None,
+    scale: Tensor,
+    bias: Tensor,
+    spd_scale: Tensor | None,
+    spd_bias: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One code per edge (or slot) and the E and B rows it indexes, for the fused kernels.
+
+    Without SPD terms the code is the edge type. With them it is the (type, SPD bucket) pair,
+    type * buckets + bucket, whose rows are E_t + E^spd_b and B_t + B^spd_b; bucket 0 adds nothing.
+
+    Shapes:
+        edge_type, edge_spd [*]; scale [T, d], bias [T, h]; spd_scale [B - 1, d], spd_bias [B - 1, h]
+        -> code [*], scale [C, d], bias [C, h].
+    """
+    if spd_scale is None or edge_spd is None:
+        return edge_type, scale, bias
+    spd_scale = torch.cat([spd_scale.new_zeros(1, spd_scale.shape[1]), spd_scale])  # [B, d]
+    spd_bias = torch.cat([spd_bias.new_zeros(1, spd_bias.shape[1]), spd_bias])  # [B, h]
+    buckets = spd_scale.shape[0]
+    return (edge_type * buckets + edge_spd,
+            (scale[:, None] + spd_scale[None]).flatten(0, 1),  # [T * B, d]
+            (bias[:, None] + spd_bias[None]).flatten(0, 1))  # [T * B, h]
 
 
 def edge_codes(

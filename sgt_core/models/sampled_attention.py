@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from sgt_core.models.estimator_attention import edge_codes
+from sgt_core.models.estimator_attention import edge_codes, type_and_distance_codes
 from sgt_core.models.fused_slot_attention import fused_slot_attention
 
 
@@ -85,23 +85,12 @@ class SampledAttention(nn.Module):
     ) -> Tensor:
         # Project once per key node, then gather inside the kernel: cheaper than projecting Q * deg rows.
         key_value = torch.cat([self.key(key_x), self.value(key_x)], dim=1)  # [K, 2D]
-        code, scale, bias = self.slot_code_tables(neighbour_type, neighbour_spd)
+        code, scale, bias = type_and_distance_codes(
+            neighbour_type, neighbour_spd, self.edge_scale.weight, self.edge_bias.weight, self.spd_scale, self.spd_bias
+        )  # [Q, deg], [C, D], [C, H]
         out = fused_slot_attention(self.query(query_x), key_value, scale, bias, neighbours, code,
                                    neighbour_mask, self.heads)  # [Q, D]
         return self.out(out)
-
-    def slot_code_tables(self, neighbour_type: Tensor, neighbour_spd: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-        """Each slot's code and the E [C, D] and B [C, H] rows it indexes: per edge type, or per
-        (type, SPD bucket) pair with E_t + E^spd_b and B_t + B^spd_b (bucket 0 adds nothing)."""
-        scale, bias = self.edge_scale.weight, self.edge_bias.weight  # [T, D], [T, H]
-        if self.spd_scale is None or neighbour_spd is None:
-            return neighbour_type, scale, bias
-        spd_scale = torch.cat([self.spd_scale.new_zeros(1, self.hidden), self.spd_scale])  # [B, D]
-        spd_bias = torch.cat([self.spd_bias.new_zeros(1, self.heads), self.spd_bias])  # [B, H]
-        buckets = spd_scale.shape[0]
-        return (neighbour_type * buckets + neighbour_spd,
-                (scale[:, None] + spd_scale[None]).reshape(-1, self.hidden),
-                (bias[:, None] + spd_bias[None]).reshape(-1, self.heads))
 
     def forward_full(
         self,
