@@ -42,6 +42,7 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
         lpe_heads=options["lpe_heads"],
         memory_efficient=options["memory_efficient"],
     )
+    model.start_at_prior(torch.bincount(graph.y[graph.train_mask], minlength=graph.num_classes))
     # SPD buckets of anchor/k-hop edges and the LPE / token inputs; None where the component is off.
     edge_spd = graph.edge_spd if graph.num_spd_buckets else None
     extras = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"))

@@ -101,6 +101,20 @@ class AttentionScoreEstimator(nn.Module):
         self.final_norm = nn.LayerNorm(width) if layer_norm else nn.Identity()
         self.head = nn.Linear(width, num_classes)
 
+    @torch.no_grad()
+    def start_at_prior(self, class_counts: Tensor) -> None:
+        """Starts the head at the training labels' log prior, with its weights scaled down 10x.
+
+        Every node then begins at the prior's cross-entropy, and the small random weights still pass
+        gradient to the layers below. With the default head, some seeds begin far from it (Minesweeper
+        seed 3: loss 1.21 against the prior's 0.50); the first steps that fit the class balance then
+        collapse the narrow network, which sits at the prior's loss for 30-100 epochs (val ROC-AUC 0.55
+        to 0.86 over 5 seeds). Started at the prior, all 5 left the plateau by epoch ~25 (0.886-0.899).
+        """
+        log_prior = class_counts.float().clamp_min(1).log()
+        self.head.weight.mul_(0.1)
+        self.head.bias.copy_(log_prior - log_prior.mean())
+
     def forward(
         self,
         x: Tensor,

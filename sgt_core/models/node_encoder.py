@@ -118,9 +118,14 @@ class NodeEncoder(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        for module in (self.features, self.node_kind_embedding, self.lpe, self.substructure):
+        for module in (self.features, self.lpe, self.substructure):
             if module is not None:
                 module.reset_parameters()
+        # Zero, not nn.Embedding's N(0, 1): a unit-normal vector shared by every real node swamps the
+        # features' ~0.3-sized encoding, the layer norms then see nearly identical inputs everywhere, and
+        # on Minesweeper the width-8 estimator of some seeds never left the loss plateau (val ROC-AUC
+        # 0.61 for seed 0, against 0.88 with this init).
+        nn.init.zeros_(self.node_kind_embedding.weight)
 
     def forward(self, x: Tensor, node_kind: Tensor, extras: NodeExtras | None = None) -> Tensor:
         extras = extras or NodeExtras()

@@ -82,3 +82,18 @@ def test_estimator_returns_one_score_set_per_layer(layer_norm):
     assert logits.shape == (5, 2) and len(layer_scores) == 3
     for scores in layer_scores:
         assert torch.allclose(scatter(scores, edge_index[1], dim_size=5, reduce="sum"), torch.ones(5), atol=1e-6)
+
+
+def test_estimator_starts_at_the_class_prior_and_still_passes_gradient_down():
+    torch.manual_seed(0)
+    edge_index, edge_type = small_graph()
+    model = AttentionScoreEstimator(3, 3, width=8, num_layers=2, num_edge_types=3, num_node_kinds=2)
+    class_counts = torch.tensor([60, 30, 10])
+    model.start_at_prior(class_counts)
+    logits, _ = model(torch.randn(5, 3), torch.zeros(5, dtype=torch.long), edge_index, edge_type)
+    prior = class_counts / class_counts.sum()
+    assert torch.allclose(torch.softmax(model.head.bias, dim=0), prior.float(), atol=1e-6)
+    # the scaled-down weights leave every node near the prior, not exactly on it
+    assert torch.allclose(torch.softmax(logits, dim=1), prior.expand(5, 3).float(), atol=0.1)
+    logits.logsumexp(1).sum().backward()
+    assert model.layers[0].attention.query.weight.grad.abs().sum() > 0
