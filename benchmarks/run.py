@@ -245,7 +245,7 @@ def write_report(out: Path, rows: list[dict], extras: dict) -> None:
             verdict = "agrees: uniform is worse" if gap > 0 else "disagrees: uniform is not worse"
             lines.append(f"- {dataset}: reservoir − uniform = {gap:+.2f} points ({verdict})")
     for title, value in extras.items():
-        lines += ["", f"## {title}", "", "```", json.dumps(value, indent=2), "```"]
+        lines += ["", f"## {title}", "", "```", json.dumps(value, indent=2, ensure_ascii=False), "```"]
     (out / "results.md").write_text("\n".join(lines) + "\n")
 
 

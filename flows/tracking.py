@@ -19,6 +19,7 @@ from mlflow.tracking import MlflowClient
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+from sgt_core.artifacts import process_exists
 from sgt_core.pipeline import dataset_id
 
 _BATCH = 100  # MLflow accepts at most 100 params per log_batch call
@@ -38,16 +39,6 @@ def flatten(value, prefix: str = "") -> dict[str, str]:
 def _owner() -> dict[str, str]:
     """Tags naming the process that writes a run, so a later run can tell whether it died."""
     return {"sgt.host": socket.gethostname(), "sgt.pid": str(os.getpid())}
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
 
 
 def tracking_uri(cfg: dict) -> str:
@@ -108,7 +99,7 @@ class Tracker:
         host, closed = socket.gethostname(), []
         for run in self.client.search_runs([self.experiment_id], "attributes.status = 'RUNNING'", max_results=1000):
             tags = run.data.tags
-            if tags.get("sgt.host") == host and "sgt.pid" in tags and not _process_exists(int(tags["sgt.pid"])):
+            if tags.get("sgt.host") == host and "sgt.pid" in tags and not process_exists(int(tags["sgt.pid"])):
                 self.client.set_terminated(run.info.run_id, "KILLED")
                 closed.append(run.info.run_id)
         return closed

@@ -126,10 +126,15 @@ def _writer_is_gone(name: str) -> bool:
     pid = owner.rpartition("-")[2]
     if host != socket.gethostname() or not pid.isdigit():
         return False  # another machine's writer (a shared file system), or a name from an older version
+    return not process_exists(int(pid))
+
+
+def process_exists(pid: int) -> bool:
+    """Whether a process with this id runs on this machine (signal 0 checks without signalling)."""
     try:
-        os.kill(int(pid), 0)  # signal 0: only checks that the process exists
+        os.kill(pid, 0)
     except ProcessLookupError:
-        return True
-    except PermissionError:  # exists, owned by another user
         return False
-    return False
+    except PermissionError:  # exists, owned by another user
+        return True
+    return True

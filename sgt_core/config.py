@@ -142,12 +142,33 @@ RULES: dict[str, Rule] = {
     "train.batch_size": NULL_OR_POSITIVE_INTEGER,
     "train.eval_every": _integer(1),
 }
-# Read only while the expander is on (`preprocess.expander.enabled`).
-EXPANDER_RULES: dict[str, Rule] = {
-    "preprocess.expander.degree": EVEN_DEGREE,
-    "preprocess.expander.ramanujan_slack": NON_NEGATIVE,
-    "preprocess.expander.max_tries": _integer(1),
-    "preprocess.expander.per_component": BOOLEAN,
+NULL_OR_COUNT: Rule = (lambda value: value is None or (_is_int(value) and value >= 0),
+                       "must be null or an integer >= 0")
+# Read only while their component is on, keyed by the switch. The components run late (preprocessing a
+# large graph takes a while, the LPE's sizes reach the networks only in the estimate and train stages),
+# so bad values are caught here instead.
+SWITCHED_RULES: dict[str, dict[str, Rule]] = {
+    "preprocess.expander.enabled": {
+        "preprocess.expander.degree": EVEN_DEGREE,
+        "preprocess.expander.ramanujan_slack": NON_NEGATIVE,
+        "preprocess.expander.max_tries": _integer(1),
+        "preprocess.expander.per_component": BOOLEAN,
+    },
+    "preprocess.anchors.enabled": {
+        "preprocess.anchors.k": _integer(1),
+        "preprocess.anchors.max_spd": _integer(2),
+        "preprocess.anchors.max_khop_per_node": NULL_OR_COUNT,
+        "preprocess.anchors.max_anchors_per_node": NULL_OR_COUNT,
+    },
+    "preprocess.substructures.enabled": {
+        "preprocess.substructures.threshold": _integer(0),
+        "preprocess.substructures.max_size": _integer(1),
+    },
+    "preprocess.lpe.enabled": {
+        "preprocess.lpe.m": _integer(1),
+        "estimator.lpe_dim": (_integer(0)[0], "must be an integer >= 0 (0 skips the LPE)"),
+        "model.lpe_dim": (_integer(0)[0], "must be an integer >= 0 (0 skips the LPE)"),
+    },
 }
 
 _MISSING = object()
@@ -181,8 +202,9 @@ def validate_config(cfg: dict) -> None:
         ConfigError: one line, `<key>: <problem>` for each problem found, separated by "; ".
     """
     problems = _rule_problems(cfg, RULES)
-    if _lookup(cfg, "preprocess.expander.enabled") is True:
-        problems += _rule_problems(cfg, EXPANDER_RULES)
+    for switch, rules in SWITCHED_RULES.items():
+        if _lookup(cfg, switch) is True:
+            problems += _rule_problems(cfg, rules)
     problems += _dataset_problems(cfg["dataset"])
     if not problems:  # the checks across values rely on each value having the right type
         problems += _relation_problems(cfg) + _component_problems(cfg)
@@ -220,64 +242,34 @@ def _relation_problems(cfg: dict) -> list[tuple[str, str]]:
     return problems
 
 
-def _is_count(value, allow_none: bool = False) -> bool:
-    """An int >= 0 (bools excluded), or None where allowed."""
-    if value is None:
-        return allow_none
-    return _is_int(value) and value >= 0
-
-
 def _component_problems(cfg: dict) -> list[tuple[str, str]]:
-    """Checks the switchable interaction-graph components (anchors, substructures, LPE) that are on.
-
-    These run late (preprocessing a large graph takes a while, the LPE's sizes reach the networks only in
-    the estimate and train stages), so bad values are caught here instead.
-    """
+    """Values of the switched-on components that are each valid (SWITCHED_RULES) but do not fit together."""
     problems = []
     anchors = cfg["preprocess"]["anchors"]
-    if anchors["enabled"]:
-        if not _is_count(anchors["k"]) or anchors["k"] < 1:
-            problems.append(("preprocess.anchors.k", f"must be an integer >= 1, found {anchors['k']!r}"))
-        elif not _is_count(anchors["max_spd"]) or not anchors["k"] < anchors["max_spd"] <= 32767:
-            problems.append((
-                "preprocess.anchors.max_spd",
-                (f"must be an integer with k={anchors['k']} < max_spd <= 32767 (anchors beyond k hops need "
-                f"their own SPD buckets), found {anchors['max_spd']!r}"),
-            ))
-        for key in ("max_khop_per_node", "max_anchors_per_node"):
-            if not _is_count(anchors[key], allow_none=True):
-                problems.append((f"preprocess.anchors.{key}", f"must be null or an integer >= 0, found {anchors[key]!r}"))
+    if anchors["enabled"] and not anchors["k"] < anchors["max_spd"] <= 32767:
+        problems.append((
+            "preprocess.anchors.max_spd",
+            (f"must be an integer with k={anchors['k']} < max_spd <= 32767 (anchors beyond k hops need "
+             f"their own SPD buckets), found {anchors['max_spd']!r}"),
+        ))
     substructures = cfg["preprocess"]["substructures"]
     if substructures["enabled"]:
-        if not _is_count(substructures["threshold"]):
-            problems.append(("preprocess.substructures.threshold",
-                             f"must be an integer >= 0, found {substructures['threshold']!r}"))
-        if not _is_count(substructures["max_size"]) or substructures["max_size"] < 1:
-            problems.append(("preprocess.substructures.max_size",
-                             f"must be an integer >= 1, found {substructures['max_size']!r}"))
         types = substructures["types"] or {}
         unknown = sorted(set(types) - set(SUBSTRUCTURE_TYPES))
         if unknown:
             problems.append(("preprocess.substructures.types", (f"unknown types {', '.join(unknown)}; expected "
                                                                f"names from {', '.join(SUBSTRUCTURE_TYPES)}")))
-        for name, cap in types.items():
-            if name in SUBSTRUCTURE_TYPES and not _is_count(cap, allow_none=True):
-                problems.append((f"preprocess.substructures.types.{name}",
-                                 f"must be null or an integer >= 0, found {cap!r}"))
-    lpe = cfg["preprocess"]["lpe"]
-    if lpe["enabled"]:
-        if not _is_count(lpe["m"]) or lpe["m"] < 1:
-            problems.append(("preprocess.lpe.m", f"must be an integer >= 1, found {lpe['m']!r}"))
+        check, expected = NULL_OR_COUNT
+        problems += [(f"preprocess.substructures.types.{name}", f"{expected}, found {cap!r}")
+                     for name, cap in types.items() if name in SUBSTRUCTURE_TYPES and not check(cap)]
+    if cfg["preprocess"]["lpe"]["enabled"]:
         for section in ("estimator", "model"):
-            options = cfg[section]
-            dim, layers, heads = options["lpe_dim"], options["lpe_layers"], options["lpe_heads"]
-            if not _is_count(dim):
-                problems.append((f"{section}.lpe_dim", f"must be an integer >= 0 (0 skips the LPE), found {dim!r}"))
-            elif dim > 0 and not (_is_count(layers) and layers >= 1 and _is_count(heads) and heads >= 1
-                                  and dim % heads == 0):
+            dim, layers, heads = (cfg[section][key] for key in ("lpe_dim", "lpe_layers", "lpe_heads"))
+            if dim > 0 and not (_is_int(layers) and layers >= 1 and _is_int(heads) and heads >= 1
+                                and dim % heads == 0):
                 problems.append((
                     f"{section}.lpe_dim",
                     (f"{dim} with lpe_layers={layers!r}, lpe_heads={heads!r}: need lpe_layers >= 1, lpe_heads >= 1 "
-                    "and lpe_dim divisible by lpe_heads"),
+                     "and lpe_dim divisible by lpe_heads"),
                 ))
     return problems

@@ -14,7 +14,7 @@ class AdamW:
     Why not torch.optim.AdamW: its base class imports torch._dynamo (and with it sympy) the first time a
     parameter group is added and on every step, which costs ~70 MB of resident memory in each stage
     process, a sixth of the Minesweeper preset's memory budget, for optimizer state that is a few thousand
-    numbers here. The arithmetic below is torch's single-tensor AdamW, step for step (tests/test_optim.py
+    numbers here. The arithmetic below is torch's single-tensor AdamW, step for step (tests/test_schedules.py
     checks it against torch.optim.AdamW); each parameter counts its own steps, so one that gets no
     gradient in a step is left untouched, as in torch.
 
@@ -40,12 +40,10 @@ class AdamW:
         self.exp_avg_sq = [torch.zeros_like(p) for p in self.parameters]
         self.steps = [0] * len(self.parameters)
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
+    def zero_grad(self) -> None:
+        """Drops the gradients (torch's `set_to_none=True`), so the next backward allocates them afresh."""
         for parameter in self.parameters:
-            if set_to_none:
-                parameter.grad = None
-            elif parameter.grad is not None:
-                parameter.grad.zero_()
+            parameter.grad = None
 
     @torch.no_grad()
     def step(self) -> None:

@@ -47,7 +47,7 @@ def test_adamw_matches_torch_step_for_step():
     inputs, targets = torch.randn(32, 5), torch.randint(0, 3, (32,))
     for _ in range(10):
         for params, optimizer in ((list(model.parameters()), ours), (reference[:-1], theirs)):
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad()  # set_to_none in both
             hidden = torch.relu(inputs @ params[0].t() + params[1])
             loss = torch.nn.functional.cross_entropy(hidden @ params[2].t() + params[3], targets)
             loss.backward()

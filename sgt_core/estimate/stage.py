@@ -78,7 +78,7 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
                 "scores": torch.stack([s.detach() for s in layer_scores]).float(),  # [L, E]
                 "state": {k: v.detach().clone() for k, v in model.state_dict().items()},
             }
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         scheduler.step()

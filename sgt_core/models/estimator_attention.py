@@ -107,7 +107,8 @@ class EstimatorAttention(nn.Module):
         # small matmul, [E, d] @ [d, C] -> [E, C]; a one-hot mask then keeps each edge's own type and
         # bucket, and summing them gives (E_t + E^spd_b) and B_t + B^spd_b. Its backward is elementwise,
         # where an embedding lookup or a gather would scatter E gradients every step (half the epoch's time).
-        scale, bias = self.edge_code_tables()  # [C, d], [C, 1]
+        scale, bias = one_hot_code_tables(self.edge_scale.weight, self.edge_bias.weight, self.spd_scale,
+                                          self.spd_bias)  # [C, d], [C, 1]
         per_code = (query * key) @ scale.t() / math.sqrt(width) + bias.t()  # [E, C]
         codes = edge_codes(edge_type, edge_spd, self.edge_scale.num_embeddings, self.spd_scale)  # [E, C]
         codes = codes.to(per_code.dtype)
@@ -132,13 +133,6 @@ class EstimatorAttention(nn.Module):
             temperature, self.logit_clip,
         )
         return self.out(out), scores
-
-    def edge_code_tables(self) -> tuple[Tensor, Tensor]:
-        """E and B stacked over codes: edge types first, then SPD buckets 1.. ([C, d], [C, 1])."""
-        if self.spd_scale is None:
-            return self.edge_scale.weight, self.edge_bias.weight
-        scale = torch.cat([self.edge_scale.weight, self.spd_scale])  # [T + B - 1, d]
-        return scale, torch.cat([self.edge_bias.weight, self.spd_bias])  # [T + B - 1, 1]
 
 
 def type_and_distance_codes(
@@ -166,6 +160,20 @@ def type_and_distance_codes(
     return (edge_type * buckets + edge_spd,
             (scale[:, None] + spd_scale[None]).flatten(0, 1),  # [T * B, d]
             (bias[:, None] + spd_bias[None]).flatten(0, 1))  # [T * B, h]
+
+
+def one_hot_code_tables(
+    scale: Tensor, bias: Tensor, spd_scale: Tensor | None, spd_bias: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    """The E and B rows that `edge_codes`' columns select: edge types first, then SPD buckets 1..
+
+    Shapes:
+        scale [T, d], bias [T, h]; spd_scale [B - 1, d], spd_bias [B - 1, h] or None
+        -> [C, d], [C, h] with C = T (+ B - 1).
+    """
+    if spd_scale is None:
+        return scale, bias
+    return torch.cat([scale, spd_scale]), torch.cat([bias, spd_bias])
 
 
 def edge_codes(

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from sgt_core.models.estimator_attention import edge_codes, type_and_distance_codes
+from sgt_core.models.estimator_attention import edge_codes, one_hot_code_tables, type_and_distance_codes
 from sgt_core.models.fused_slot_attention import fused_slot_attention
 
 
@@ -67,13 +67,6 @@ class SampledAttention(nn.Module):
             nn.init.zeros_(self.spd_scale)
             nn.init.zeros_(self.spd_bias)
 
-    def edge_code_tables(self) -> tuple[Tensor, Tensor]:
-        """E and B stacked over codes: edge types first, then SPD buckets 1.. ([C, D], [C, H])."""
-        if self.spd_scale is None:
-            return self.edge_scale.weight, self.edge_bias.weight
-        scale = torch.cat([self.edge_scale.weight, self.spd_scale])  # [T + B - 1, D]
-        return scale, torch.cat([self.edge_bias.weight, self.spd_bias])  # [T + B - 1, H]
-
     def forward(
         self,
         query_x: Tensor,
@@ -113,7 +106,8 @@ class SampledAttention(nn.Module):
         query = self.query(x).index_select(0, dst).view(num_edges, heads, head_dim)  # [E, H, dh]
         key_value = torch.cat([self.key(x), self.value(x)], dim=1)  # [N, 2D]
         key, value = key_value.index_select(0, src).split(self.hidden, dim=1)  # [E, D] x2
-        scale, bias = self.edge_code_tables()  # [C, D], [C, H]
+        scale, bias = one_hot_code_tables(self.edge_scale.weight, self.edge_bias.weight, self.spd_scale,
+                                          self.spd_bias)  # [C, D], [C, H]
         codes = edge_codes(edge_type, edge_spd, self.edge_bias.num_embeddings, self.spd_scale)
         codes = codes.to(key.dtype)  # [E, C]
         key = (key * (codes @ scale)).view(num_edges, heads, head_dim)  # [E, H, dh]

@@ -92,7 +92,7 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
 
     def train_step(nodes: torch.Tensor) -> float:
         loss = F.cross_entropy(predict(nodes), y[nodes])
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         return loss.item()
