@@ -28,6 +28,7 @@ import torch
 from sgt_core.artifacts import ArtifactStore
 from sgt_core.config import compose_config
 from sgt_core.export.scores import SCORES_DIR, read_attention_scores
+from sgt_core.kernels import cpu_kernels
 from sgt_core.metrics import metric_name
 from sgt_core.pipeline import STAGES, stage_keys
 from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE, InteractionGraph
@@ -199,6 +200,17 @@ def mean_std(values: list[float], scale: float = 1.0) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values) if len(values) > 1 else 0.0:.2f}"
 
 
+def cpu_model() -> str:
+    """The CPU's model name (timings depend on it: the same code ran 2x slower on a Zen 1 than on later cores)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
 def write_report(out: Path, rows: list[dict], extras: dict) -> None:
     partial_csv = out / "results.csv.partial"
     with open(partial_csv, "w", newline="") as handle:
@@ -207,7 +219,8 @@ def write_report(out: Path, rows: list[dict], extras: dict) -> None:
         writer.writerows(rows)
     os.replace(partial_csv, out / "results.csv")  # a reader never sees half a table
     lines = ["# Benchmark results", "",
-             (f"Machine: {os.cpu_count()} CPU cores, torch {torch.__version__}, {torch.get_num_threads()} threads. "
+             (f"Machine: {os.cpu_count()} CPU cores ({cpu_model()}), torch {torch.__version__}, "
+              f"{torch.get_num_threads()} threads, compiled CPU kernels {'on' if cpu_kernels() else 'off'}. "
               "Times are wall seconds of the stage function; memory is each stage process's own peak RSS "
               "(VmHWM; interpreter, torch and pyarrow, ~245 MB, included)."), "",
              ("| dataset | variant | seeds | test metric (×100) | paper | estimate s | train s | train s/epoch | "
@@ -287,7 +300,9 @@ def main(argv: list[str] | None = None) -> None:
                 print(json.dumps({k: row[k] for k in ("dataset", "variant", "seed", "test", "estimate_s", "train_s")}),
                       flush=True)
                 write_report(out, list(measured.values()), {})
-    extras = {}
+    # Sections of earlier invocations stay too; one measured again replaces its old value.
+    extras_path = out / "extras.json"
+    extras = json.loads(extras_path.read_text()) if extras_path.is_file() else {}
     if "minesweeper" in args.datasets:
         extras["Sampler throughput (Minesweeper, layer 0 scores)"] = sampler_throughput(store)
         extras["Orchestration overhead (fully cached `sgt run`, Prefect + MLflow)"] = orchestration_overhead(store)
@@ -295,8 +310,11 @@ def main(argv: list[str] | None = None) -> None:
         if dataset in args.datasets:
             scores = gcn_baseline(dataset, list(range(args.seeds)))
             extras[f"2-layer GCN (PyG) on {dataset}, same split, test accuracy ×100"] = mean_std(scores, 100)
-    extras["GPU"] = ("not measured: no device machine was lent to this task; the train stage picks CUDA "
-                     "when torch.cuda.is_available() and records the device in MLflow (tag sgt.device)")
+    extras.setdefault("GPU", "not measured: no device machine was lent to this task; the train stage picks CUDA "
+                             "when torch.cuda.is_available() and records the device in MLflow (tag sgt.device)")
+    partial_extras = out / "extras.json.partial"
+    partial_extras.write_text(json.dumps(extras, indent=2, ensure_ascii=False))
+    os.replace(partial_extras, extras_path)
     write_report(out, list(measured.values()), extras)
     print(f"wrote {out / 'results.md'} and {out / 'results.csv'}")
 

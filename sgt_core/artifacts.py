@@ -36,12 +36,15 @@ def file_fingerprint(path: Path) -> str:
 
 @functools.cache
 def code_version(*packages: str) -> str:
-    """Hash of the Python sources of `packages` (sub-packages of sgt_core), part of every cache key."""
+    """Hash of the Python and C sources of `packages` (sub-packages of sgt_core), part of every cache key."""
     root = Path(__file__).resolve().parent
     digest = hashlib.sha256()
     for package in packages:
         target = root / package
-        files = sorted(target.rglob("*.py")) if target.is_dir() else [target.with_suffix(".py")]
+        if target.is_dir():
+            files = sorted(path for path in target.rglob("*") if path.suffix in (".py", ".c"))
+        else:
+            files = [target.with_suffix(".py")]
         for path in files:
             digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())

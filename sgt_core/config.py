@@ -141,6 +141,7 @@ RULES: dict[str, Rule] = {
     "train.device": _one_of("auto", "cpu", "cuda"),
     "train.batch_size": NULL_OR_POSITIVE_INTEGER,
     "train.eval_every": _integer(1),
+    "train.malloc_mmap_threshold_kb": NULL_OR_POSITIVE_INTEGER,
 }
 NULL_OR_COUNT: Rule = (lambda value: value is None or (_is_int(value) and value >= 0),
                        "must be null or an integer >= 0")

@@ -39,10 +39,10 @@ class Stage:
 STAGES: tuple[Stage, ...] = (
     Stage("preprocess", run_preprocess, ("dataset", "preprocess", "seed"), (), ("data", "preprocess")),
     Stage("estimate", run_estimate, ("estimator", "seed"), ("preprocess",),
-          ("estimate", "models", "metrics", "schedules", "seeding")),
+          ("estimate", "models", "kernels", "metrics", "schedules", "seeding")),
     Stage("export", run_export, (), ("preprocess", "estimate"), ("export",)),
     Stage("train", run_train, ("model", "train", "seed"), ("preprocess", "export"),
-          ("train", "models", "sampling", "metrics", "schedules", "seeding")),
+          ("train", "models", "kernels", "sampling", "metrics", "schedules", "seeding")),
 )
 STAGE_BY_NAME = {stage.name: stage for stage in STAGES}
 

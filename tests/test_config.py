@@ -53,6 +53,8 @@ BAD_VALUES = {
     "batches with full attention": (["train.sampler=full", "train.batch_size=8"], "train.batch_size",
                                     "must be null with train.sampler=full"),
     "zero eval interval": (["train.eval_every=0"], "train.eval_every", "integer >= 1"),
+    "negative mmap threshold": (["train.malloc_mmap_threshold_kb=-1"], "train.malloc_mmap_threshold_kb",
+                                "null or an integer >= 1"),
     "negative seed": (["seed=-1"], "seed", "integer >= 0"),
     "switch not a boolean": (["model.deepnorm=maybe"], "model.deepnorm", "true or false"),
     "bad override syntax": (["model.degrees=[1,2"], "overrides", "no viable alternative"),

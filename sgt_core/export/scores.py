@@ -14,6 +14,7 @@ from torch import Tensor
 from sgt_core.errors import SGTError
 
 SCORES_DIR = "attention_scores"
+COLUMN_DTYPES = {"src": np.int64, "dst": np.int64, "score": np.float32}  # what the reader takes, as NumPy
 READ_BATCH_ROWS = 1 << 16
 SCHEMA = pa.schema(
     [
@@ -65,6 +66,21 @@ def scores_glob(scores_dir: Path) -> str:
     return str(Path(scores_dir) / "layer_*.parquet")
 
 
+def _values(path: Path, name: str, array: pa.Array) -> np.ndarray:
+    """A score file column's values as a NumPy view of its Arrow buffer (the schema's type, no nulls).
+
+    Not Array.to_numpy() (nor DataType.to_pandas_dtype()): they import pandas, ~40 MB that the train
+    stage would then carry to its end.
+    """
+    expected = SCHEMA.field(name).type
+    if array.type != expected:
+        raise SGTError(f"{path}: column {name} is {array.type}, expected {expected}")
+    if array.null_count:
+        raise SGTError(f"{path}: column {name} has {array.null_count} missing values")
+    dtype = COLUMN_DTYPES[name]
+    return np.frombuffer(array.buffers()[1], dtype=dtype, count=array.offset + len(array))[array.offset:]
+
+
 def read_attention_scores(scores_dir: Path, edge_index: Tensor) -> Tensor:
     """Reads the per-layer scores back as float32 [L, E], checking they belong to this interaction graph."""
     paths = sorted(Path(scores_dir).glob("layer_*.parquet"), key=lambda p: int(p.stem.split("_")[1]))
@@ -80,7 +96,7 @@ def read_attention_scores(scores_dir: Path, edge_index: Tensor) -> Tensor:
         reader = pq.ParquetFile(path, pre_buffer=False)
         for batch in reader.iter_batches(batch_size=READ_BATCH_ROWS, columns=["src", "dst", "score"], use_threads=False):
             end = row + batch.num_rows
-            src, dst, scores = (column.to_numpy() for column in batch.columns)
+            src, dst, scores = (_values(path, name, batch.column(name)) for name in ("src", "dst", "score"))
             if end > num_edges or not (
                 np.array_equal(src, src_expected[row:end]) and np.array_equal(dst, dst_expected[row:end])
             ):

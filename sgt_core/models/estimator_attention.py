@@ -90,6 +90,7 @@ class EstimatorAttention(nn.Module):
         temperature: float = 1.0,
         edge_spd: Tensor | None = None,
         in_degree: Tensor | None = None,
+        by_source: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor]:
         src, dst = edge_index
         num_nodes, width = x.shape
@@ -98,7 +99,7 @@ class EstimatorAttention(nn.Module):
         if in_degree is None:  # callers with several layers over one graph pass it in once
             in_degree = torch.bincount(dst, minlength=num_nodes)  # [N]
         if self.memory_efficient:
-            return self._forward_fused(x, edge_index, edge_type, edge_spd, in_degree, temperature)
+            return self._forward_fused(x, edge_index, edge_type, edge_spd, in_degree, temperature, by_source)
         query = self.query(x).index_select(0, dst)  # [E, d]
         value = self.value_scale * F.normalize(self.value(x), dim=-1)  # [N, d]
         # One gather for keys and values together: the random-order gather is the costly one.
@@ -122,7 +123,7 @@ class EstimatorAttention(nn.Module):
         out = torch.segment_reduce(scores.unsqueeze(-1) * value, "sum", lengths=in_degree)  # [N, d]
         return self.out(out), scores
 
-    def _forward_fused(self, x, edge_index, edge_type, edge_spd, in_degree, temperature) -> tuple[Tensor, Tensor]:
+    def _forward_fused(self, x, edge_index, edge_type, edge_spd, in_degree, temperature, by_source) -> tuple[Tensor, Tensor]:
         """The same attention through the fused kernel: one code per edge, type * buckets + bucket."""
         value = self.value_scale * F.normalize(self.value(x), dim=-1)  # [N, d]
         code, scale, bias = type_and_distance_codes(
@@ -130,7 +131,7 @@ class EstimatorAttention(nn.Module):
         )  # [E], [C, d], [C, 1]
         out, scores = fused_edge_attention(
             self.query(x), self.key(x), value, scale, bias.squeeze(1), edge_index, code, in_degree,
-            temperature, self.logit_clip,
+            temperature, self.logit_clip, by_source,
         )
         return self.out(out), scores
 

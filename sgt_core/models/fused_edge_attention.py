@@ -7,6 +7,8 @@ import math
 import torch
 from torch import Tensor
 
+from sgt_core.kernels import address, cpu_kernels, group_by, usable
+
 # Edges per chunk. Every per-edge intermediate lives for one chunk only, so the transient memory is a
 # few [CHUNK_EDGES, d] tensors (~2 MB each at d = 8) whatever the graph's size, and a chunk's working
 # set stays in the CPU caches (on Minesweeper's 389k attention edges this is no slower than whole-graph
@@ -111,6 +113,59 @@ class _FusedEdgeAttention(torch.autograd.Function):
         return grad_query, grad_key, grad_value, grad_edge_scale, grad_edge_bias, *([None] * 6)
 
 
+class _CompiledEdgeAttention(torch.autograd.Function):
+    """The same attention through the C kernels (sgt_core/kernels/attention.c), float32 on the CPU.
+
+    One sweep over the destinations per forward pass, two per backward pass (destinations, then sources
+    grouped once per graph), with every per-edge intermediate in registers: about 10x faster than the
+    chunked torch version on Minesweeper's 389k attention edges, and it keeps the same 5 bytes per edge.
+    """
+
+    @staticmethod
+    def forward(ctx, query, key, value, edge_scale, edge_bias, src, dst, code, ptr, by_source, temperature, clip):
+        query, key, value, edge_scale, edge_bias = (t.contiguous() for t in (query, key, value, edge_scale, edge_bias))
+        num_nodes, width = query.shape
+        out = query.new_empty(num_nodes, width)
+        scores = query.new_empty(src.numel())
+        inside = torch.empty(src.numel(), dtype=torch.bool)
+        cpu_kernels().sgt_edge_attention_forward(
+            num_nodes, width, address(query), address(key), address(value), address(edge_scale),
+            address(edge_bias), address(ptr), address(src), address(code), temperature, clip,
+            address(out), address(scores), address(inside),
+        )
+        ctx.save_for_backward(query, key, value, edge_scale, src, dst, code, ptr, *by_source, scores, inside)
+        ctx.temperature = temperature
+        return out, scores
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_scores):
+        query, key, value, edge_scale, src, dst, code, ptr, by_src_ptr, by_src_order, scores, inside = ctx.saved_tensors
+        num_nodes, width = query.shape
+        num_codes = edge_scale.shape[0]
+        grad_out = grad_out.contiguous()
+        grad_scores = grad_scores.contiguous() if grad_scores is not None else None
+        grad_query, grad_key, grad_value = (torch.empty_like(query) for _ in range(3))
+        grad_edge_scale = torch.empty_like(edge_scale)
+        grad_edge_bias = edge_scale.new_empty(num_codes)
+        edge_grad = query.new_empty(src.numel())  # scratch: d loss / d logit per edge
+        cpu_kernels().sgt_edge_attention_backward(
+            num_nodes, width, num_codes, address(query), address(key), address(value), address(edge_scale),
+            address(ptr), address(src), address(dst), address(code), address(by_src_ptr), address(by_src_order),
+            address(scores), address(inside), ctx.temperature, address(grad_out), address(grad_scores),
+            address(grad_query), address(grad_key), address(grad_value), address(grad_edge_scale),
+            address(grad_edge_bias), address(edge_grad),
+        )
+        return grad_query, grad_key, grad_value, grad_edge_scale, grad_edge_bias, *([None] * 7)
+
+
+def edges_by_source(edge_index: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
+    """The edges grouped by source (ptr [N + 1], edge ids [E]), which the compiled backward pass reads.
+
+    It depends only on the graph: a caller with several layers over one graph computes it once.
+    """
+    return group_by(edge_index[0], num_nodes)
+
+
 def fused_edge_attention(
     query: Tensor,
     key: Tensor,
@@ -122,6 +177,7 @@ def fused_edge_attention(
     in_degree: Tensor,
     temperature: float,
     clip: float,
+    by_source: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     r"""Edge softmax attention: for an edge j -> i with code c (its edge type, or type and distance),
 
@@ -135,10 +191,19 @@ def fused_edge_attention(
         edge_index: int64 [2, E] (src, dst) sorted by dst; edge_code: int64 [E] in [0, C).
         in_degree: int64 [N] incoming edges per node (the CSR segment lengths).
         temperature: tau; clip: bound on the tempered logits (<= 30 so exp cannot overflow).
+        by_source: `edges_by_source(edge_index, N)` when the caller has it (only the compiled CPU path
+            reads it; computed here when missing).
 
     Returns:
         out [N, d] and scores [E] (summing to 1 per destination).
     """
+    if usable(query, key, value, edge_scale, edge_bias, edge_index):
+        src, dst = (t.contiguous() for t in edge_index)
+        ptr = torch.zeros(in_degree.numel() + 1, dtype=torch.int64)
+        torch.cumsum(in_degree, 0, out=ptr[1:])
+        by_source = by_source if by_source is not None else edges_by_source(edge_index, in_degree.numel())
+        return _CompiledEdgeAttention.apply(query, key, value, edge_scale, edge_bias, src, dst,
+                                            edge_code.contiguous(), ptr, by_source, float(temperature), float(clip))
     return _FusedEdgeAttention.apply(
         query, key, value, edge_scale, edge_bias, edge_index[0], edge_index[1], edge_code, in_degree,
         float(temperature), float(clip),

@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from sgt_core.kernels import address, cpu_kernels, group_by, usable
+
 # Query slots (queries x degree) per chunk: every [slots, D] intermediate lives for one chunk only
 # (1 MB at D = 32), so the transient memory does not grow with the graph or the degree. Small chunks
 # also keep glibc's heap from growing: at 2^16 slots (8 MB intermediates) the Minesweeper preset's
@@ -92,6 +94,124 @@ class _FusedSlotAttention(torch.autograd.Function):
         return grad_query, grad_key_value, grad_scale, grad_bias, None, None, None, None
 
 
+class _CompiledSlotAttention(torch.autograd.Function):
+    """The same attention through the C kernels (sgt_core/kernels/attention.c), float32 on the CPU.
+
+    One sweep over the query rows forward; backward, one over the query rows and one over the key rows,
+    whose slots are grouped afresh per call (the sample changes every epoch; a counting sort, O(slots)).
+    Like the torch version it keeps only the attention weights between the passes.
+    """
+
+    @staticmethod
+    def forward(ctx, query, key_value, edge_scale, edge_bias, neighbours, code, mask, heads):
+        out, kept = _slot_attention_forward(query, key_value, edge_scale, edge_bias, neighbours, code, mask, heads)
+        ctx.save_for_backward(query, key_value, *kept)
+        ctx.heads = heads
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        query, key_value, edge_scale, neighbours, code, attention = ctx.saved_tensors
+        return (*_slot_attention_backward(query, key_value, edge_scale, neighbours, code, attention, grad_out,
+                                          ctx.heads), None, None, None, None)
+
+
+def _slot_attention_forward(query, key_value, edge_scale, edge_bias, neighbours, code, mask, heads):
+    """The compiled forward pass: the output, and (edge_scale, neighbours, code, attention) for backward."""
+    query, key_value, edge_scale, edge_bias = (t.contiguous() for t in (query, key_value, edge_scale, edge_bias))
+    neighbours, code, mask = neighbours.contiguous(), code.contiguous(), mask.contiguous()
+    num_queries, degree = neighbours.shape
+    hidden = query.shape[1]
+    out = query.new_empty(num_queries, hidden)
+    attention = query.new_empty(num_queries, degree, heads)
+    cpu_kernels().sgt_slot_attention_forward(
+        num_queries, degree, hidden, heads, address(query), address(key_value), address(edge_scale),
+        address(edge_bias), address(neighbours), address(code), address(mask), address(out), address(attention),
+    )
+    return out, (edge_scale, neighbours, code, attention)
+
+
+def _slot_attention_backward(query, key_value, edge_scale, neighbours, code, attention, grad_out, heads):
+    """The compiled backward pass: gradients of query, key_value, edge_scale and edge_bias."""
+    num_queries, degree = neighbours.shape
+    num_keys, hidden, num_codes = key_value.shape[0], query.shape[1], edge_scale.shape[0]
+    by_key_ptr, by_key_order = group_by(neighbours.flatten(), num_keys)
+    grad_out = grad_out.contiguous()
+    grad_query = torch.empty_like(query)
+    grad_key_value = torch.empty_like(key_value)
+    grad_scale = torch.empty_like(edge_scale)
+    grad_bias = edge_scale.new_empty(num_codes, heads)
+    slot_grad = torch.empty_like(attention)  # scratch: d loss / d logit per slot and head
+    cpu_kernels().sgt_slot_attention_backward(
+        num_queries, num_keys, degree, hidden, heads, num_codes, address(query), address(key_value),
+        address(edge_scale), address(neighbours), address(code), address(by_key_ptr), address(by_key_order),
+        address(attention), address(grad_out), address(grad_query), address(grad_key_value),
+        address(grad_scale), address(grad_bias), address(slot_grad),
+    )
+    return grad_query, grad_key_value, grad_scale, grad_bias
+
+
+class _CompiledProjectedSlotAttention(torch.autograd.Function):
+    """Query/key/value projections and the compiled slot attention as one function.
+
+    Keeps the layer's inputs (which the caller keeps anyway) instead of the projected queries, keys and
+    values (3 x 4 bytes per row and hidden unit, 15 MB of the Minesweeper preset's saved activations),
+    and recomputes the two projections in the backward pass: two small matmuls.
+    """
+
+    @staticmethod
+    def forward(ctx, query_x, key_x, query_weight, query_bias, kv_weight, kv_bias, edge_scale, edge_bias,
+                neighbours, code, mask, heads):
+        query = F.linear(query_x, query_weight, query_bias)
+        key_value = F.linear(key_x, kv_weight, kv_bias)
+        out, kept = _slot_attention_forward(query, key_value, edge_scale, edge_bias, neighbours, code, mask, heads)
+        ctx.save_for_backward(query_x, key_x, query_weight, query_bias, kv_weight, kv_bias, *kept)
+        ctx.heads = heads
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        query_x, key_x, query_weight, query_bias, kv_weight, kv_bias, edge_scale, neighbours, code, attention = (
+            ctx.saved_tensors)
+        query = F.linear(query_x, query_weight, query_bias)  # recomputed
+        key_value = F.linear(key_x, kv_weight, kv_bias)
+        grad_query, grad_key_value, grad_scale, grad_bias = _slot_attention_backward(
+            query, key_value, edge_scale, neighbours, code, attention, grad_out, ctx.heads)
+        return (grad_query @ query_weight, grad_key_value @ kv_weight, grad_query.t() @ query_x, grad_query.sum(0),
+                grad_key_value.t() @ key_x, grad_key_value.sum(0), grad_scale, grad_bias, None, None, None, None)
+
+
+def projected_slot_attention(
+    query_x: Tensor,
+    key_x: Tensor,
+    query_weight: Tensor,
+    query_bias: Tensor,
+    kv_weight: Tensor,
+    kv_bias: Tensor,
+    edge_scale: Tensor,
+    edge_bias: Tensor,
+    neighbours: Tensor,
+    code: Tensor,
+    mask: Tensor,
+    heads: int,
+) -> Tensor:
+    """`fused_slot_attention` of the projections query_x W_Q^T + b_Q and key_x W_KV^T + b_KV.
+
+    Args:
+        query_x: float [Q, D] query rows; key_x: float [K, D] key rows (may be the same tensor).
+        query_weight [D, D], query_bias [D]; kv_weight [2D, D], kv_bias [2D]: keys then values.
+        The rest as in `fused_slot_attention`.
+
+    Returns:
+        float [Q, D], the heads side by side (before the output projection).
+    """
+    if usable(query_x, key_x, query_weight, kv_weight, edge_scale, edge_bias, neighbours):
+        return _CompiledProjectedSlotAttention.apply(query_x, key_x, query_weight, query_bias, kv_weight, kv_bias,
+                                                     edge_scale, edge_bias, neighbours, code, mask, heads)
+    return fused_slot_attention(F.linear(query_x, query_weight, query_bias), F.linear(key_x, kv_weight, kv_bias),
+                                edge_scale, edge_bias, neighbours, code, mask, heads)
+
+
 def fused_slot_attention(
     query: Tensor,
     key_value: Tensor,
@@ -118,4 +238,6 @@ def fused_slot_attention(
     Returns:
         float [Q, D], the heads side by side (before the output projection).
     """
+    if usable(query, key_value, edge_scale, edge_bias, neighbours):
+        return _CompiledSlotAttention.apply(query, key_value, edge_scale, edge_bias, neighbours, code, mask, heads)
     return _FusedSlotAttention.apply(query, key_value, edge_scale, edge_bias, neighbours, code, mask, heads)

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from sgt_core.models.estimator_attention import edge_codes, one_hot_code_tables, type_and_distance_codes
-from sgt_core.models.fused_slot_attention import fused_slot_attention
+from sgt_core.models.fused_slot_attention import projected_slot_attention
 
 
 class SampledAttention(nn.Module):
@@ -77,12 +77,13 @@ class SampledAttention(nn.Module):
         neighbour_spd: Tensor | None = None,
     ) -> Tensor:
         # Project once per key node, then gather inside the kernel: cheaper than projecting Q * deg rows.
-        key_value = torch.cat([self.key(key_x), self.value(key_x)], dim=1)  # [K, 2D]
+        kv_weight = torch.cat([self.key.weight, self.value.weight])  # [2D, D]: keys, then values
+        kv_bias = torch.cat([self.key.bias, self.value.bias])  # [2D]
         code, scale, bias = type_and_distance_codes(
             neighbour_type, neighbour_spd, self.edge_scale.weight, self.edge_bias.weight, self.spd_scale, self.spd_bias
         )  # [Q, deg], [C, D], [C, H]
-        out = fused_slot_attention(self.query(query_x), key_value, scale, bias, neighbours, code,
-                                   neighbour_mask, self.heads)  # [Q, D]
+        out = projected_slot_attention(query_x, key_x, self.query.weight, self.query.bias, kv_weight, kv_bias,
+                                       scale, bias, neighbours, code, neighbour_mask, self.heads)  # [Q, D]
         return self.out(out)
 
     def forward_full(

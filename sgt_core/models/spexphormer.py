@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor, nn
 
+from sgt_core.models.dropout import Dropout
+from sgt_core.models.feed_forward import FeedForward
 from sgt_core.models.node_encoder import NodeEncoder, NodeExtras
 from sgt_core.models.sampled_attention import SampledAttention
 from sgt_core.models.substructure_encoder import DeepNorm
@@ -75,10 +78,8 @@ class SpexphormerLayer(nn.Module):
     ) -> None:
         super().__init__()
         self.attention = SampledAttention(hidden, heads, num_edge_types, num_spd_buckets)
-        self.feed_forward = nn.Sequential(
-            nn.Linear(hidden, 2 * hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(2 * hidden, hidden)
-        )
-        self.dropout = nn.Dropout(dropout)
+        self.feed_forward = FeedForward(hidden, dropout)
+        self.dropout = Dropout(dropout)
         if deepnorm:
             self.norm_attention: nn.Module = DeepNorm(hidden, num_layers)
             self.norm_feed_forward: nn.Module = DeepNorm(hidden, num_layers)
@@ -109,7 +110,10 @@ class SpexphormerLayer(nn.Module):
             attended = self.attention.forward_full(h, layer.edge_index, layer.edge_type, layer.in_degree,
                                                    layer.edge_spd)
         else:
-            query_h = h[layer.queries]  # [Q, D]
+            # every input row, in order (full-graph layers): no [N, D] copy for autograd to keep
+            every_row = layer.queries.numel() == h.shape[0] and torch.equal(
+                layer.queries, torch.arange(h.shape[0], device=h.device))
+            query_h = h if every_row else h[layer.queries]  # [Q, D]
             attended = self.attention(
                 query_h, h, layer.neighbours, layer.neighbour_type, layer.neighbour_mask, layer.neighbour_spd
             )

@@ -20,6 +20,7 @@ from sgt_core.progress import Progress
 from sgt_core.sampling import LayerSampler
 from sgt_core.sampling.degrees import SAMPLED_DEGREES_FILE, sampled_degree_histograms
 from sgt_core.seeding import seed_everything
+from sgt_core.train.allocator import set_mmap_threshold
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ def resolve_device(requested: str) -> torch.device:
 def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, float | str]:
     """Trains the wide network, re-sampling each layer's neighbours every epoch, and keeps the best epoch."""
     model_cfg, options = cfg["model"], cfg["train"]
+    set_mmap_threshold(options["malloc_mmap_threshold_kb"])
     seed_everything(cfg["seed"])
     device = resolve_device(options["device"])
     graph = InteractionGraph.load(inputs["preprocess"] / INTERACTION_GRAPH_FILE)

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from scipy.stats import chisquare
 
-from sgt_core.sampling import sample_full_graph_layers, sample_neighbours
+from sgt_core.kernels import cpu_kernels
+from sgt_core.sampling import reservoir, sample_full_graph_layers, sample_neighbours
+
+
+@pytest.fixture(autouse=True, params=["compiled", "torch"])
+def implementation(request, monkeypatch):
+    """Every test runs on both samplers: the compiled CPU kernel and the torch one (CUDA's, and the fallback)."""
+    if request.param == "torch":
+        monkeypatch.setattr(reservoir, "usable", lambda *tensors: False)
+    elif cpu_kernels() is None:
+        pytest.skip("no C compiler here: only the torch sampler runs")
+    return request.param
 
 
 def csr(counts: list[int]) -> torch.Tensor:

@@ -1,0 +1,206 @@
+"""The compiled CPU kernels equal their torch references, do not depend on the thread count, and fall back cleanly."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from scipy.stats import binomtest
+
+from sgt_core.kernels import library
+from sgt_core.kernels.library import cpu_kernels, group_by
+from sgt_core.models import fused_edge_attention as edge_module
+from sgt_core.models import fused_slot_attention as slot_module
+from sgt_core.models.dropout import Dropout
+from sgt_core.models.feed_forward import FeedForward
+from sgt_core.sampling import sample_neighbours
+
+pytestmark = pytest.mark.skipif(cpu_kernels() is None, reason="no C compiler here: the torch kernels run instead")
+
+
+def random_graph(num_nodes: int, num_edges: int, num_codes: int, seed: int):
+    """Edges sorted by destination; a few nodes have no incoming edge and a few have many (hubs)."""
+    generator = torch.Generator().manual_seed(seed)
+    src = torch.randint(0, num_nodes, (num_edges,), generator=generator)
+    dst = torch.randint(0, num_nodes - 3, (num_edges,), generator=generator) ** 2 % (num_nodes - 3)
+    order = torch.argsort(dst * num_nodes + src)
+    edge_index = torch.stack([src[order], dst[order]])
+    code = torch.randint(0, num_codes, (num_edges,), generator=generator)
+    return edge_index, code, torch.bincount(edge_index[1], minlength=num_nodes)
+
+
+def edge_inputs(num_nodes=300, width=8, num_codes=3, spread=2.0, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    tensors = [torch.randn(num_nodes, width, generator=generator) * spread for _ in range(3)]
+    tensors += [torch.randn(num_codes, width, generator=generator), torch.randn(num_codes, generator=generator)]
+    return tensors
+
+
+def run_edge(tensors, edge_index, code, in_degree, temperature, compiled, with_scores_grad=True):
+    leaves = [t.clone().requires_grad_() for t in tensors]
+    if compiled:
+        out, scores = edge_module.fused_edge_attention(*leaves, edge_index, code, in_degree, temperature, 8.0)
+    else:
+        out, scores = edge_module._FusedEdgeAttention.apply(*leaves, edge_index[0], edge_index[1], code, in_degree,
+                                                           temperature, 8.0)
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+    loss = (out * weights).sum() + ((scores**2).sum() if with_scores_grad else 0)
+    loss.backward()
+    return out.detach(), scores.detach(), [leaf.grad for leaf in leaves]
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.05])  # the second clips many logits
+@pytest.mark.parametrize("with_scores_grad", [True, False])
+def test_edge_attention_matches_the_torch_kernel(temperature, with_scores_grad):
+    edge_index, code, in_degree = random_graph(300, 5000, 3, seed=0)
+    assert (in_degree == 0).any() and in_degree.max() > 50  # empty and hub neighbourhoods are covered
+    tensors = edge_inputs()
+    out, scores, grads = run_edge(tensors, edge_index, code, in_degree, temperature, True, with_scores_grad)
+    ref_out, ref_scores, ref_grads = run_edge(tensors, edge_index, code, in_degree, temperature, False,
+                                              with_scores_grad)
+    assert torch.allclose(out, ref_out, atol=1e-5) and torch.allclose(scores, ref_scores, atol=1e-6)
+    sums = torch.zeros(300).index_add_(0, edge_index[1], scores)
+    assert torch.allclose(sums[in_degree > 0], torch.ones(int((in_degree > 0).sum())), atol=1e-5)
+    for grad, ref_grad in zip(grads, ref_grads):
+        assert torch.allclose(grad, ref_grad, rtol=1e-4, atol=1e-4 * ref_grad.abs().max().item())
+
+
+def slot_inputs(num_queries=200, num_keys=260, degree=7, hidden=16, heads=4, num_codes=3, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    tensors = [torch.randn(num_queries, hidden, generator=generator), torch.randn(num_keys, 2 * hidden, generator=generator),
+               torch.randn(num_codes, hidden, generator=generator), torch.randn(num_codes, heads, generator=generator)]
+    neighbours = torch.randint(0, num_keys, (num_queries, degree), generator=generator)
+    code = torch.randint(0, num_codes, (num_queries, degree), generator=generator)
+    mask = torch.rand(num_queries, degree, generator=generator) < 0.7
+    mask[0] = False  # a row without any real neighbour gives zeros
+    return tensors, neighbours, code, mask, heads
+
+
+def run_slot(tensors, neighbours, code, mask, heads, compiled):
+    leaves = [t.clone().requires_grad_() for t in tensors]
+    function = slot_module._CompiledSlotAttention if compiled else slot_module._FusedSlotAttention
+    out = function.apply(*leaves, neighbours, code, mask, heads)
+    (out * torch.randn(out.shape, generator=torch.Generator().manual_seed(1))).sum().backward()
+    return out.detach(), [leaf.grad for leaf in leaves]
+
+
+def test_slot_attention_matches_the_torch_kernel():
+    tensors, neighbours, code, mask, heads = slot_inputs()
+    out, grads = run_slot(tensors, neighbours, code, mask, heads, compiled=True)
+    ref_out, ref_grads = run_slot(tensors, neighbours, code, mask, heads, compiled=False)
+    assert torch.equal(out[0], torch.zeros_like(out[0]))
+    assert torch.allclose(out, ref_out, atol=1e-5)
+    for grad, ref_grad in zip(grads, ref_grads):
+        assert torch.allclose(grad, ref_grad, atol=1e-4)
+
+
+def test_projected_slot_attention_matches_projections_then_attention():
+    tensors, neighbours, code, mask, heads = slot_inputs(num_queries=260)
+    query_x, key_x = torch.randn(260, 16), torch.randn(260, 16)
+    weights = [torch.randn(16, 16), torch.randn(16), torch.randn(32, 16), torch.randn(32)]
+    scale, bias = tensors[2], tensors[3]
+
+    def run(compiled):
+        leaves = [t.clone().requires_grad_() for t in (query_x, key_x, *weights, scale, bias)]
+        qx, kx, qw, qb, kvw, kvb, es, eb = leaves
+        if compiled:
+            out = slot_module.projected_slot_attention(qx, kx, qw, qb, kvw, kvb, es, eb, neighbours, code, mask, heads)
+        else:
+            out = slot_module._FusedSlotAttention.apply(torch.nn.functional.linear(qx, qw, qb),
+                                                        torch.nn.functional.linear(kx, kvw, kvb), es, eb,
+                                                        neighbours, code, mask, heads)
+        (out * torch.randn(out.shape, generator=torch.Generator().manual_seed(2))).sum().backward()
+        return out.detach(), [leaf.grad for leaf in leaves]
+
+    (out, grads), (ref_out, ref_grads) = run(True), run(False)
+    assert torch.allclose(out, ref_out, atol=1e-4)
+    for grad, ref_grad in zip(grads, ref_grads):
+        assert torch.allclose(grad, ref_grad, rtol=1e-4, atol=1e-3)
+
+
+def test_results_do_not_depend_on_the_thread_count():
+    edge_index, code, in_degree = random_graph(3000, 60000, 3, seed=1)
+    tensors = edge_inputs(num_nodes=3000)
+    slot = slot_inputs(num_queries=2000, num_keys=3000)
+    ptr = torch.cat([torch.zeros(1, dtype=torch.long), in_degree.cumsum(0)])
+    scores = torch.rand(edge_index.shape[1])
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for count in (1, 2, 3):
+            torch.set_num_threads(count)
+            edge = run_edge(tensors, edge_index, code, in_degree, 0.5, compiled=True)
+            slots = run_slot(*slot, compiled=True)
+            sample = sample_neighbours(ptr, scores, 5, generator=torch.Generator().manual_seed(3))[0]
+            results.append([edge[0], edge[1], *edge[2], slots[0], *slots[1], sample])
+    finally:
+        torch.set_num_threads(threads)
+    for other in results[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(results[0], other))
+
+
+def test_group_by_is_a_stable_counting_sort():
+    key = torch.randint(0, 50, (2000,), generator=torch.Generator().manual_seed(0))
+    ptr, order = group_by(key, 60)
+    assert torch.equal(order, torch.argsort(key, stable=True))
+    assert torch.equal(ptr, torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(key, minlength=60).cumsum(0)]))
+    with pytest.raises(ValueError, match="group keys"):
+        group_by(torch.tensor([0, 60]), 60)
+
+
+def test_dropout_keeps_one_minus_p_scales_and_reproduces_from_the_seed():
+    dropout = Dropout(0.3)
+    x = torch.ones(200_000, requires_grad=True)
+    torch.manual_seed(5)
+    out = dropout(x)
+    kept = out != 0
+    assert binomtest(int(kept.sum()), kept.numel(), 0.7).pvalue > 1e-3
+    assert torch.allclose(out[kept], torch.full_like(out[kept], 1 / 0.7))
+    out.sum().backward()
+    assert torch.equal(x.grad != 0, kept)  # the backward pass uses the forward pass's mask
+    torch.manual_seed(5)
+    assert torch.equal(dropout(x), out)
+    assert torch.equal(dropout.eval()(x), x)
+
+
+def test_feed_forward_matches_its_plain_sequential():
+    torch.manual_seed(0)
+    block = FeedForward(8, dropout=0.4)
+    x = torch.randn(500, 8, requires_grad=True)
+    torch.manual_seed(1)
+    out = block(x)  # the fused function
+    out.square().sum().backward()
+    fused_grads = [x.grad.clone()] + [p.grad.clone() for p in block.parameters()]
+    x.grad = None
+    block.zero_grad()
+    torch.manual_seed(1)
+    keep = block[2].keep_mask((500, 16), x.device)  # the same mask, drawn from the same seed
+    inner, _, _, outer = block
+    plain = outer(torch.relu(inner(x)) * keep / 0.6)
+    plain.square().sum().backward()
+    assert torch.allclose(out, plain, atol=1e-6)
+    for fused, grad in zip(fused_grads, [x.grad] + [p.grad for p in block.parameters()]):
+        assert torch.allclose(fused, grad, atol=1e-5)
+
+
+def test_a_failed_build_falls_back_to_torch_with_a_warning(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("CC", "false")  # a "compiler" that always fails
+    monkeypatch.setenv("SGT_KERNEL_CACHE", str(tmp_path))
+    with caplog.at_level(logging.WARNING):
+        assert library.cpu_kernels.__wrapped__() is None
+    assert "could not be built" in caplog.text
+    assert not list(tmp_path.glob("*.so"))  # nothing half-written is left behind
+    monkeypatch.setenv("SGT_CPU_KERNELS", "0")
+    assert library.cpu_kernels.__wrapped__() is None
+
+
+def test_an_edited_source_gets_its_own_build(tmp_path, monkeypatch):
+    source = tmp_path / "attention.c"
+    source.write_text(library.SOURCE.read_text())
+    monkeypatch.setattr(library, "SOURCE", source)
+    compiler = library._compiler()
+    first = library.build(compiler, tmp_path / "cache")
+    assert library.build(compiler, tmp_path / "cache") == first  # cached
+    source.write_text(source.read_text() + "\n/* edited */\n")
+    assert library.build(compiler, tmp_path / "cache") != first
