@@ -155,17 +155,25 @@ def sampler_throughput(store: ArtifactStore, seed: int = 0) -> dict:
 
 
 def orchestration_overhead(store: ArtifactStore, seed: int = 0) -> dict:
-    """Wall time of a fully cached `sgt run` on the benchmark cache: Prefect and MLflow, no stage work."""
-    with tempfile.TemporaryDirectory() as mlflow_dir:
+    """Wall time of a fully cached `sgt run` on the benchmark cache: Prefect and MLflow, no stage work.
+
+    Run twice: the first creates the MLflow sqlite store (its schema migrations are a one-time cost), the
+    second is what every later run pays (interpreter and imports, Prefect's ephemeral server, MLflow runs).
+    """
+    def cached_run(mlflow_dir: str) -> tuple[float, int, bool]:
         started = time.perf_counter()
         completed = subprocess.run(
             [sys.executable, "-m", "flows.cli", "run", *DATASETS["minesweeper"], f"seed={seed}",
              f"paths.artifacts={store.root}", f"mlflow.tracking_uri=sqlite:///{mlflow_dir}/mlflow.db"],
             capture_output=True, text=True, cwd=REPO, check=False,
         )
-        seconds = time.perf_counter() - started
-    cached = completed.stdout.count(" cached ")
-    return {"seconds": seconds, "stages_cached": cached, "ok": completed.returncode == 0}
+        return time.perf_counter() - started, completed.stdout.count(" cached "), completed.returncode == 0
+
+    with tempfile.TemporaryDirectory() as mlflow_dir:
+        first_seconds, _, first_ok = cached_run(mlflow_dir)
+        seconds, cached, ok = cached_run(mlflow_dir)
+    return {"seconds_new_mlflow_store": first_seconds, "seconds": seconds, "stages_cached": cached,
+            "ok": first_ok and ok}
 
 
 def gcn_baseline(dataset: str, seeds: list[int]) -> list[float]:
@@ -201,14 +209,14 @@ def mean_std(values: list[float], scale: float = 1.0) -> str:
 
 
 def cpu_model() -> str:
-    """The CPU's model name (timings depend on it: the same code ran 2x slower on a Zen 1 than on later cores)."""
+    """The CPU's model name and family (timings depend on it: the same code ran ~1.5x slower on Zen 1 than Zen 3)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        fields = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines() if ":" in line)
     except OSError:
-        pass
-    return "unknown CPU"
+        return "unknown CPU"
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    # Virtual machines often show a bare "AMD EPYC"; the family and model numbers still tell the generation.
+    return f"{fields.get('model name', 'unknown CPU')}, family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
 
 
 def write_report(out: Path, rows: list[dict], extras: dict) -> None:
