@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import torch  # (loaded first, so the kernels share torch's OpenMP runtime: one thread pool)
+import torch  # loaded first so that the kernels share torch's OpenMP runtime: one thread pool
 
 log = logging.getLogger(__name__)
 
