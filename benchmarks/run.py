@@ -81,22 +81,28 @@ PAPER = {
 TARGETS = {"minesweeper": (50, 430), "tolokers": (200, 620)}
 
 
+def run_in_process(module: str, first_argument: str | None, cfg: dict, *arguments: str) -> dict:
+    """Runs `python -m module [first_argument] CONFIG.json *arguments` in a fresh process; its last line, as JSON."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as handle:
+        json.dump(cfg, handle)
+        handle.flush()
+        completed = subprocess.run(
+            [sys.executable, "-m", module, *([first_argument] if first_argument else []), handle.name, *arguments],
+            capture_output=True, text=True, cwd=REPO, check=False,
+        )
+    if completed.returncode:
+        raise RuntimeError(f"{module} {first_argument or ''} failed:\n{completed.stderr[-3000:]}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
 def run_stage(store: ArtifactStore, stage, cfg: dict, keys: dict) -> dict:
     """Runs one stage in a fresh process unless cached; returns its metrics and measurements."""
     key = keys[stage.name]
     if store.is_complete(stage.name, key):
         return json.loads((store.path(stage.name, key) / "bench.json").read_text())
-    with store.writing(stage.name, key) as staging, tempfile.NamedTemporaryFile("w", suffix=".json") as handle:
-        json.dump(cfg, handle)
-        handle.flush()
+    with store.writing(stage.name, key) as staging:
         upstream = [f"{name}={store.path(name, keys[name])}" for name in stage.upstream]
-        completed = subprocess.run(
-            [sys.executable, "-m", "benchmarks.stage_process", stage.name, handle.name, str(staging), *upstream],
-            capture_output=True, text=True, cwd=REPO, check=False,
-        )
-        if completed.returncode:
-            raise RuntimeError(f"{stage.name} failed:\n{completed.stderr[-3000:]}")
-        result = json.loads(completed.stdout.strip().splitlines()[-1])
+        result = run_in_process("benchmarks.stage_process", stage.name, cfg, str(staging), *upstream)
         (staging / "bench.json").write_text(json.dumps(result))
         store.finish(staging, result["metrics"], {"stage": stage.name, "key": key, "benchmark": True})
     return result
@@ -178,24 +184,16 @@ def orchestration_overhead(store: ArtifactStore, seed: int = 0) -> dict:
 
 def epoch_memory(store: ArtifactStore, dataset: str, batch_sizes: list[int | None], seed: int = 0) -> list[dict]:
     """Memory and time of training epochs alone per batch size (benchmarks/step_memory.py), on cached scores."""
-    rows = []
-    for batch_size in batch_sizes:
-        cfg = compose_config([*DATASETS[dataset], f"seed={seed}", f"train.batch_size={batch_size or 'null'}"])
-        keys = stage_keys(cfg)
-        if not store.is_complete("export", keys["export"]):
-            run_one(store, dataset, "spexphormer", seed)  # batch size is a train option: same upstream stages
-        with tempfile.NamedTemporaryFile("w", suffix=".json") as handle:
-            json.dump(cfg, handle)
-            handle.flush()
-            completed = subprocess.run(
-                [sys.executable, "-m", "benchmarks.step_memory", handle.name,
-                 str(store.path("preprocess", keys["preprocess"])), str(store.path("export", keys["export"]))],
-                capture_output=True, text=True, cwd=REPO, check=False,
-            )
-        if completed.returncode:
-            raise RuntimeError(f"step_memory failed:\n{completed.stderr[-3000:]}")
-        rows.append({"dataset": dataset, **json.loads(completed.stdout.strip().splitlines()[-1])})
-    return rows
+    cfg = compose_config([*DATASETS[dataset], f"seed={seed}"])
+    keys = stage_keys(cfg)  # the batch size is a train option: every batch size shares these upstream stages
+    for stage in STAGES:
+        if stage.name != "train":
+            run_stage(store, stage, cfg, keys)
+    upstream = [str(store.path(name, keys[name])) for name in ("preprocess", "export")]
+    return [{"dataset": dataset, **run_in_process("benchmarks.step_memory", None,
+                                                  {**cfg, "train": {**cfg["train"], "batch_size": batch_size}},
+                                                  *upstream)}
+            for batch_size in batch_sizes]
 
 
 def gcn_baseline(dataset: str, seeds: list[int]) -> list[float]:
@@ -223,11 +221,12 @@ def previous_rows(path: Path) -> list[dict]:
     return [{key: parse(key, value) for key, value in row.items()} for row in rows]
 
 
-def mean_std(values: list[float], scale: float = 1.0) -> str:
+def mean_std(values: list[float], scale: float = 1.0, digits: int = 2) -> str:
     values = [v * scale for v in values if v is not None]
     if not values:
         return "-"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values) if len(values) > 1 else 0.0:.2f}"
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.{digits}f} ± {spread:.{digits}f}"
 
 
 def cpu_model() -> str:
@@ -301,10 +300,8 @@ def write_report(out: Path, rows: list[dict], extras: dict) -> None:
                   "| variant | seeds | test accuracy | min | max | target |", "|---|---|---|---|---|---|"]
         for variant, target, group in long_range:
             if group:
-                accuracies = [float(r["test_accuracy"]) for r in group]
-                spread = statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0
-                lines.append(f"| {variant} | {len(group)} | {statistics.mean(accuracies):.3f} ± {spread:.3f} | "
-                             f"{min(accuracies):.3f} | "
+                accuracies = [r["test_accuracy"] for r in group]
+                lines.append(f"| {variant} | {len(group)} | {mean_std(accuracies, digits=3)} | {min(accuracies):.3f} | "
                              f"{max(accuracies):.3f} | {target} |")
     for title, value in extras.items():
         lines += ["", f"## {title}", ""]
@@ -312,12 +309,6 @@ def write_report(out: Path, rows: list[dict], extras: dict) -> None:
             lines += ["| " + " | ".join(value[0]) + " |", "|" + "---|" * len(value[0])]
             lines += ["| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row.values()) + " |"
                       for row in value]
-            if "epoch_added_mb" in value[0]:
-                lines += ["", ("epoch_added_mb: what training epochs add to the resident set once the graph, scores and "
-                               "model are loaded (VmHWM reset through /proc/self/clear_refs; glibc's mmap threshold at 64 KiB so "
-                               "that freed tensors leave the resident set; benchmarks/step_memory.py). "
-                               "The train-stage peak in the tables above also holds those, which on graphs of this "
-                               "size outweigh the step itself.")]
         else:
             lines += ["```", json.dumps(value, indent=2, ensure_ascii=False), "```"]
     partial_md = out / "results.md.partial"
@@ -363,7 +354,8 @@ def main(argv: list[str] | None = None) -> None:
         extras["Orchestration overhead (fully cached `sgt run`, Prefect + MLflow)"] = orchestration_overhead(store)
     for dataset in ("minesweeper", "tolokers"):
         if dataset in args.datasets:
-            extras[f"Training epochs alone by batch size ({dataset}, seed 0; Figure 5)"] = epoch_memory(
+            # epoch_added_mb: what the epochs add to the resident set once graph, scores and model are loaded
+            extras[f"Training epochs alone by batch size ({dataset}, seed 0; Figure 5; benchmarks/step_memory.py)"] = epoch_memory(
                 store, dataset, [None, 2000, 1000, 250])
     for dataset in ("cora", "citeseer"):
         if dataset in args.datasets:

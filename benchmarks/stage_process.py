@@ -23,18 +23,24 @@ STAGE_FUNCTIONS = {
 }
 
 
+def status_mb(field: str) -> float | None:
+    """A memory field of /proc/self/status (VmRSS, VmHWM) in MB; None where there is no such file."""
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) / 1024  # kB
+    return None
+
+
 def peak_rss_mb() -> float:
     """This process's own peak RSS: VmHWM, the high-water mark of its address space.
 
     Not getrusage's ru_maxrss: Linux carries the parent's high-water mark across fork and exec into the
     child's ru_maxrss, so a stage started by a 460 MB benchmark process reported at least 460 MB.
     """
-    status = Path("/proc/self/status")
-    if status.exists():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024  # kB
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # elsewhere: the best available
+    peak = status_mb("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main(argv: list[str]) -> None:

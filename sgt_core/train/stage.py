@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -37,6 +38,76 @@ def resolve_device(requested: str) -> torch.device:
     return torch.device(requested)
 
 
+@dataclass
+class WideNetworkTraining:
+    """The wide network with its sampler and optimizer on one interaction graph: train an epoch, or predict."""
+
+    x: torch.Tensor  # [N, F]
+    node_kind: torch.Tensor  # [N]
+    y: torch.Tensor  # [N]
+    extras: NodeExtras  # the LPE and token inputs per node; None fields where the component is off
+    sampler: LayerSampler
+    model: Spexphormer
+    optimizer: AdamW
+    generator: torch.Generator  # the sampler's, which also shuffles the batches
+    batch_size: int | None  # None: full graph; else Algorithm 2 batches of that many target nodes
+
+    @classmethod
+    def build(cls, cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor,
+              device: torch.device) -> WideNetworkTraining:
+        model_cfg, options = cfg["model"], cfg["train"]
+        x, node_kind, y = graph.x.to(device), graph.node_kind.to(device), graph.y.to(device)
+        extras = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure")).to(device)
+        edge_spd = graph.edge_spd.to(device) if graph.num_spd_buckets else None
+        generator = torch.Generator(device=device).manual_seed(cfg["seed"])
+        sampler = LayerSampler(graph.edge_index.to(device), graph.edge_type.to(device), graph.ptr.to(device),
+                               layer_scores.to(device), model_cfg["degrees"], options["sampler"], generator,
+                               edge_spd)
+        model = Spexphormer(
+            **graph.model_input_sizes(),  # features, classes, edge types, node kinds, SPD, LPE and token sizes
+            hidden=model_cfg["hidden"],
+            num_layers=model_cfg["num_layers"],
+            heads=model_cfg["heads"],
+            dropout=model_cfg["dropout"],
+            deepnorm=model_cfg["deepnorm"],
+            lpe_dim=model_cfg["lpe_dim"],
+            lpe_layers=model_cfg["lpe_layers"],
+            lpe_heads=model_cfg["lpe_heads"],
+        ).to(device)
+        optimizer = AdamW(model.parameters(), lr=options["lr"], weight_decay=options["weight_decay"])
+        return cls(x, node_kind, y, extras, sampler, model, optimizer, generator, options["batch_size"])
+
+    def predict(self, nodes: torch.Tensor) -> torch.Tensor:
+        """Logits [len(nodes), C] with freshly sampled layers: one full-graph pass or Algorithm 2 batches."""
+        if self.batch_size is None:
+            return self.model(self.x, self.node_kind, self.sampler.full(), self.extras)[nodes]
+        outputs = []
+        for chunk in nodes.split(self.batch_size):
+            input_nodes, layers = self.sampler.batch(chunk)
+            outputs.append(self.model(self.x[input_nodes], self.node_kind[input_nodes], layers,
+                                      self.extras.select(input_nodes)))
+        return torch.cat(outputs)
+
+    def train_epoch(self, train_nodes: torch.Tensor) -> float:
+        """One epoch over `train_nodes` (shuffled batches, or one full-graph step); returns the mean loss."""
+        self.model.train()
+        if self.batch_size is None:
+            return self._step(train_nodes)
+        order = torch.randperm(train_nodes.numel(), generator=self.generator, device=train_nodes.device)
+        chunks = list(train_nodes[order].split(self.batch_size))
+        if len(chunks) > 1 and chunks[-1].numel() < 2:  # batch norm needs two rows in training mode
+            chunks[-2:] = [torch.cat(chunks[-2:])]
+        losses = [self._step(chunk) for chunk in chunks]
+        return sum(losses) / len(losses)
+
+    def _step(self, nodes: torch.Tensor) -> float:
+        loss = F.cross_entropy(self.predict(nodes), self.y[nodes])
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        return loss.item()
+
+
 def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, float | str]:
     """Trains the wide network, re-sampling each layer's neighbours every epoch, and keeps the best epoch."""
     model_cfg, options = cfg["model"], cfg["train"]
@@ -49,73 +120,25 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
         raise ConfigError(f"the scores have {layer_scores.shape[0]} layers but model.num_layers is {model_cfg['num_layers']}")
     log.info("training the wide network on %s", device)
 
-    x, node_kind, y = graph.x.to(device), graph.node_kind.to(device), graph.y.to(device)
-    # The LPE and token inputs per node, and the SPD buckets per edge; None where the component is off.
-    extras = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure")).to(device)
-    edge_spd = graph.edge_spd.to(device) if graph.num_spd_buckets else None
-    generator = torch.Generator(device=device).manual_seed(cfg["seed"])
-    sampler = LayerSampler(graph.edge_index.to(device), graph.edge_type.to(device), graph.ptr.to(device),
-                           layer_scores.to(device), model_cfg["degrees"], options["sampler"], generator,
-                           edge_spd)
     metric = metric_name(graph.num_classes)
-    model = Spexphormer(
-        **graph.model_input_sizes(),  # features, classes, edge types, node kinds, SPD, LPE and token sizes
-        hidden=model_cfg["hidden"],
-        num_layers=model_cfg["num_layers"],
-        heads=model_cfg["heads"],
-        dropout=model_cfg["dropout"],
-        deepnorm=model_cfg["deepnorm"],
-        lpe_dim=model_cfg["lpe_dim"],
-        lpe_layers=model_cfg["lpe_layers"],
-        lpe_heads=model_cfg["lpe_heads"],
-    ).to(device)
-    optimizer = AdamW(model.parameters(), lr=options["lr"], weight_decay=options["weight_decay"])
-    scheduler = CosineWithWarmup(optimizer, options["warmup_epochs"], options["epochs"])
+    training = WideNetworkTraining.build(cfg, graph, layer_scores, device)
+    model, sampler, y = training.model, training.sampler, training.y
+    scheduler = CosineWithWarmup(training.optimizer, options["warmup_epochs"], options["epochs"])
     train_nodes, val_nodes, test_nodes = (m.nonzero().flatten().to(device)
                                           for m in (graph.train_mask, graph.val_mask, graph.test_mask))
     eval_nodes = torch.cat([val_nodes, test_nodes])
-    batch_size = options["batch_size"]
-
-    def batches(nodes: torch.Tensor) -> list[torch.Tensor]:
-        chunks = list(nodes.split(batch_size))
-        if len(chunks) > 1 and chunks[-1].numel() < 2:  # batch norm needs two rows in training mode
-            chunks[-2:] = [torch.cat(chunks[-2:])]
-        return chunks
-
-    def predict(nodes: torch.Tensor) -> torch.Tensor:
-        """Logits [len(nodes), C] with freshly sampled layers: one full-graph pass or Algorithm 2 batches."""
-        if batch_size is None:
-            return model(x, node_kind, sampler.full(), extras)[nodes]
-        outputs = []
-        for chunk in nodes.split(batch_size):
-            input_nodes, layers = sampler.batch(chunk)
-            outputs.append(model(x[input_nodes], node_kind[input_nodes], layers, extras.select(input_nodes)))
-        return torch.cat(outputs)
-
-    def train_step(nodes: torch.Tensor) -> float:
-        loss = F.cross_entropy(predict(nodes), y[nodes])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return loss.item()
 
     best = {"epoch": -1, "val": float("-inf"), "scores": {}, "state": None}
     history, started = [], time.perf_counter()
     epochs = Progress(range(options["epochs"]), "train epoch", log)
     for epoch in epochs:
-        model.train()
-        if batch_size is None:
-            loss = train_step(train_nodes)
-        else:
-            shuffled = train_nodes[torch.randperm(train_nodes.numel(), generator=generator, device=device)]
-            losses = [train_step(chunk) for chunk in batches(shuffled)]
-            loss = sum(losses) / len(losses)
+        loss = training.train_epoch(train_nodes)
         scheduler.step()
         row = {"epoch": epoch, "loss": loss}
         if epoch % options["eval_every"] == 0 or epoch == options["epochs"] - 1:
             model.eval()
             with torch.no_grad():
-                logits = predict(eval_nodes)  # evaluation samples afresh
+                logits = training.predict(eval_nodes)  # evaluation samples afresh
             val_logits, test_logits = logits[: val_nodes.numel()], logits[val_nodes.numel():]
             val = evaluate(val_logits, y[val_nodes], graph.num_classes)
             row[f"val_{metric}"] = val
