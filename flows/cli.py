@@ -75,6 +75,24 @@ def _configure_environment() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("httpx", "alembic", "mlflow"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # Filters act on the records of the very logger they are added to, so each logger that reports the
+    # exceptions of a run (Prefect's engine and run loggers, MLflow's sqlite store) gets one.
+    for reporting in ("prefect.engine", "prefect.task_runs", "prefect.flow_runs", "mlflow.store.db.utils"):
+        logging.getLogger(reporting).addFilter(_drop_expected_tracebacks)
+
+
+def _drop_expected_tracebacks(record: logging.LogRecord) -> bool:
+    """Keeps Prefect from printing a traceback for an error the CLI reports in one line itself: bad input
+    or configuration (SGTError), or the machine's (permissions, a full disk, the MLflow store's sqlite)."""
+    error = record.exc_info[1] if record.exc_info else None
+    return error is None or not _is_expected(error)
+
+
+def _is_expected(error: BaseException) -> bool:
+    import sqlite3
+
+    return any(isinstance(cause, (SGTError, sqlite3.Error)) or (isinstance(cause, OSError) and cause.errno is not None)
+               for cause in _causes(error))
 
 
 def preflight(overrides: list[str]) -> dict:
@@ -130,11 +148,16 @@ def command_run(overrides: list[str], multirun: bool = False) -> int:
             print(f"  {name:<10} {'cached' if stage['cache_hit'] else 'ran':<7} {stage['path']}")
         print("metrics:")
         for name, value in result["metrics"].items():
-            print(f"  {name} = {value:.4f}")
+            print(f"  {name} = {format_metric(value)}")
         print(f"mlflow run {result['run_id']} in {result['tracking_uri']}")
     if multirun:
         print_sweep_summary(results)
     return 0
+
+
+def format_metric(value: float | str) -> str:
+    """A metric to four decimals; a word (`undefined`, on a split whose labels leave the metric undefined) as is."""
+    return f"{value:.4f}" if isinstance(value, (int, float)) else str(value)
 
 
 def print_sweep_summary(results: list[tuple[list[str], dict]]) -> None:
@@ -149,7 +172,9 @@ def print_sweep_summary(results: list[tuple[list[str], dict]]) -> None:
     for others, metrics in groups.items():
         print(f"  {others}  [{len(metrics)} runs]")
         for name in metrics[0]:
-            values = [m[name] for m in metrics]
+            values = [m[name] for m in metrics if isinstance(m.get(name), (int, float))]
+            if not values:
+                continue
             spread = statistics.stdev(values) if len(values) > 1 else 0.0
             print(f"    {name} = {statistics.mean(values):.4f} ± {spread:.4f}")
 
@@ -193,7 +218,7 @@ def stage_files() -> dict[str, tuple[str, ...]]:
     }
 
 
-def command_stages(overrides: list[str], as_json: bool) -> int:
+def command_stages(overrides: list[str], as_json: bool, verify: bool = False) -> int:
     import json
 
     from sgt_core.artifacts import ArtifactStore
@@ -204,18 +229,25 @@ def command_stages(overrides: list[str], as_json: bool) -> int:
     store = ArtifactStore(Path(cfg["paths"]["artifacts"]).resolve())
     main_files, stages = stage_files(), []
     for name, key in stage_keys(cfg).items():
-        folder, cached = store.path(name, key), store.is_complete(name, key)
+        folder = store.path(name, key)
+        damage = store.damage(name, key, checksums=verify)  # read only: `sgt run` moves a damaged folder aside
+        cached = folder.exists() and damage is None
         files = sorted(str(p) for pattern in main_files[name] for p in folder.glob(pattern)) if cached else []
-        stages.append({"stage": name, "key": key, "cached": cached, "path": str(folder), "files": files})
+        stages.append({"stage": name, "key": key, "cached": cached, "damage": damage, "path": str(folder),
+                       "files": files})
     if as_json:
-        print(json.dumps({"artifacts": str(store.root), "stages": stages}, indent=2))
+        print(json.dumps({"artifacts": str(store.root), "checksums_verified": verify, "stages": stages}, indent=2))
         return 0
-    print(f"configuration: {' '.join(overrides) or '(defaults)'}\nartifacts: {store.root}\n")
-    print(f"{'stage':<11} {'key':<17} {'cached':<7} folder")
+    print(f"configuration: {' '.join(overrides) or '(defaults)'}\nartifacts: {store.root}")
+    print(f"checked: file sizes{' and checksums' if verify else ' (--verify also checks checksums)'}\n")
+    print(f"{'stage':<11} {'key':<17} {'cached':<8} folder")
     for stage in stages:
-        print(f"{stage['stage']:<11} {stage['key']:<17} {'yes' if stage['cached'] else 'no':<7} {stage['path']}")
+        state = "yes" if stage["cached"] else "damaged" if stage["damage"] else "no"
+        print(f"{stage['stage']:<11} {stage['key']:<17} {state:<8} {stage['path']}")
+        if stage["damage"]:
+            print(f"{'':<38} {stage['damage']}: the next `sgt run` moves it aside and recomputes")
         for file in stage["files"]:
-            print(f"{'':<37} {Path(file).relative_to(stage['path'])}")
+            print(f"{'':<38} {Path(file).relative_to(stage['path'])}")
     return 0
 
 
@@ -279,6 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
                                  description=STAGES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     stages.add_argument("overrides", nargs="*", help="Hydra overrides, key=value")
     stages.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    stages.add_argument("--verify", action="store_true",
+                        help="also verify every file's checksum against its stage's manifest (reads every file)")
     report = commands.add_parser("report", help="report the latest (or a given) pipeline run from MLflow",
                                  description=REPORT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     report.add_argument("overrides", nargs="*", help="Hydra overrides selecting the store and the configuration")
@@ -298,13 +332,78 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             return command_run(args.overrides, args.multirun)
         if args.command == "stages":
-            return command_stages(args.overrides, args.json)
+            return command_stages(args.overrides, args.json, args.verify)
         if args.command == "report":
             return command_report(args.overrides, args.run_id, args.json)
         return command_scores(args.overrides, args.path)
     except SGTError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except Exception as error:
+        described = describe_environment_error(error, getattr(args, "overrides", []))
+        if described is None:
+            raise  # a bug: keep the traceback
+        print(f"error: {described}", file=sys.stderr)
+        return 2
+
+
+def _causes(error: BaseException) -> list[BaseException]:
+    """The error and every error it was raised from or while handling, outermost first."""
+    chain: list[BaseException] = []
+    while error is not None and error not in chain:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    return chain
+
+
+def describe_environment_error(error: Exception, overrides: list[str]) -> str | None:
+    """`<path>: <problem>` for a failure of the machine rather than of SGT (permissions, a full disk, a
+    missing folder, a store that cannot be written), or None for anything else.
+
+    OSErrors name their file where the system gave one, else the artifacts folder; the MLflow store's
+    sqlite errors name the store's file. A failure without either, raised while the artifacts' file system
+    is full (torch's writer says only "file write failed"), is reported as the full disk it is.
+    """
+    import shutil
+    import sqlite3
+
+    artifacts, store = _artifacts_and_store(overrides)
+    for cause in _causes(error):
+        if isinstance(cause, OSError) and cause.errno is not None:
+            where = cause.filename if cause.filename is not None else artifacts
+            return f"{where}: {cause.strerror or cause}"
+        if isinstance(cause, sqlite3.Error):
+            return f"{store}: {str(cause).strip().splitlines()[0]} (the MLflow store)"
+    text = str(error)
+    if "sqlite3.OperationalError" in text:  # SQLAlchemy's wrapper, when the sqlite error is not chained
+        return f"{store}: {text.split(') ', 1)[-1].splitlines()[0]} (the MLflow store)"
+    try:
+        full = shutil.disk_usage(_existing_parent(Path(artifacts))).free < (1 << 20)
+    except OSError:
+        full = False
+    if full:
+        return f"{artifacts}: no space left on device ({type(error).__name__}: {text.strip().splitlines()[0]})"
+    return None
+
+
+def _artifacts_and_store(overrides: list[str]) -> tuple[str, str]:
+    """The artifacts folder and the MLflow store's location of this configuration (defaults if it fails)."""
+    try:
+        from flows.tracking import tracking_uri
+        from sgt_core.config import compose_config
+
+        cfg = compose_config(overrides)
+        return cfg["paths"]["artifacts"], tracking_uri(cfg).removeprefix("sqlite:///")
+    except SGTError:  # the error being reported matters more than a precise location
+        artifacts = os.environ.get("SGT_ARTIFACTS", "artifacts")
+        return artifacts, os.environ.get("MLFLOW_TRACKING_URI", f"{artifacts}/mlflow.db")
+
+
+def _existing_parent(path: Path) -> Path:
+    path = path.resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
 
 
 if __name__ == "__main__":

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
 from pathlib import Path
 
-from prefect import flow, task
+from prefect import flow, runtime, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.memory import MemorySampler
@@ -28,12 +29,17 @@ _STAGE_ARTIFACTS = {"estimate": [ESTIMATOR_FILE], "export": [SCORES_DIR], "train
 
 
 def _run_stage(
-    name: str, cfg: dict, keys: dict[str, str], force: bool, parent_run_id: str, tracker: Tracker
+    name: str, cfg: dict, keys: dict[str, str], force: bool, parent_run_id: str, tracker: Tracker,
+    verify_checksums: bool = False,
 ) -> dict:
-    """Runs (or reuses) one stage and records it as a child MLflow run; returns the stage's metrics."""
+    """Runs (or reuses) one stage and records it as a child MLflow run; returns the stage's metrics.
+
+    A cached result is reused only when whole: file sizes are always checked, checksums too when a later
+    stage of this run will read it (`verify_checksums`); a damaged one is moved aside and recomputed.
+    """
     stage, key = STAGE_BY_NAME[name], keys[name]
     store = ArtifactStore(cfg["paths"]["artifacts"])
-    cache_hit = store.is_complete(name, key) and not force
+    cache_hit = not force and store.reuse(name, key, checksums=verify_checksums)
     params = {section: cfg[section] for section in stage.config_sections}
     run_id = tracker.start_stage(parent_run_id, name, key, cache_hit, params)
     started = time.perf_counter()
@@ -66,10 +72,65 @@ def _run_stage(
             figures["memory"] = memory_over_time(memory.samples, f"{name}: resident memory (RSS) over time")
             tracker.log_figures(run_id, figures)
     except BaseException:
-        tracker.end(run_id, ok=False)
+        _close_quietly(tracker, run_id)
         raise
     tracker.end(run_id)
     return {"metrics": metrics, "cache_hit": cache_hit, "path": str(store.path(name, key))}
+
+
+def _close_quietly(tracker: Tracker, run_id: str) -> None:
+    """Marks a run FAILED if the store still takes writes: a full disk must not hide the stage's own error."""
+    with contextlib.suppress(Exception):
+        tracker.end(run_id, ok=False)
+
+
+def stages_to_checksum(store: ArtifactStore, keys: dict[str, str], force_from: int) -> set[str]:
+    """The stages whose cached results this run will read as inputs: the upstreams of every stage it computes."""
+    computes = [index >= force_from or not store.is_complete(stage.name, keys[stage.name])
+                for index, stage in enumerate(STAGES)]
+    return {upstream for stage, runs in zip(STAGES, computes) if runs for upstream in stage.upstream}
+
+
+def crash_flow_runs_of_dead_pipelines(closed_runs: dict[str, dict[str, str]]) -> list[str]:
+    """Marks CRASHED the Prefect flow runs (and their open task runs) of pipelines whose process died.
+
+    The tracker has just closed those pipelines' MLflow runs; their tag `sgt.prefect_flow_run_id` names
+    the flow run, which Prefect itself would leave RUNNING forever once its process is gone. A flow run
+    recorded on another Prefect server (a temporary one with its own database) is not found and skipped.
+    Returns the ids it marked.
+    """
+    flow_run_ids = {tags["sgt.prefect_flow_run_id"] for tags in closed_runs.values()
+                    if tags.get("sgt.prefect_flow_run_id")}
+    if not flow_run_ids:
+        return []
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.exceptions import ObjectNotFound
+    from prefect.states import Crashed
+
+    crashed = []
+    with get_client(sync_client=True) as client:
+        pending = list(flow_run_ids)
+        while pending:
+            flow_run_id = pending.pop()
+            try:
+                flow_run = client.read_flow_run(flow_run_id)
+            except ObjectNotFound:
+                continue
+            if flow_run.state is None or flow_run.state.is_final():
+                continue
+            message = "its process ended without reporting (killed or out of memory); found by a later sgt run"
+            task_runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run.id])))
+            for task_run in task_runs:
+                if task_run.state is not None and not task_run.state.is_final():
+                    client.set_task_run_state(task_run.id, Crashed(message=message), force=True)
+            client.set_flow_run_state(flow_run.id, Crashed(message=message), force=True)
+            crashed.append(str(flow_run.id))
+            if flow_run.parent_task_run_id is not None:  # a subflow: its parent flow (`sgt-run`) died too
+                pending.append(str(client.read_task_run(flow_run.parent_task_run_id).flow_run_id))
+    for flow_run_id in crashed:
+        log.warning("marked the Prefect flow run %s of a dead pipeline CRASHED", flow_run_id)
+    return crashed
 
 
 # One Prefect task per stage, so each appears by name in the Prefect UI. Caching is ours (artifact
@@ -90,13 +151,16 @@ def sgt_pipeline(overrides: list[str] | None = None) -> dict:
     keys = stage_keys(cfg)
     force_from = STAGE_NAMES.index(cfg["stage"]) if cfg["stage"] != "all" else len(STAGE_NAMES)
     tracker = Tracker(cfg)
-    parent_run_id = tracker.start_pipeline(cfg, keys)
+    crash_flow_runs_of_dead_pipelines(tracker.closed_runs)
+    parent_run_id = tracker.start_pipeline(cfg, keys, {"sgt.prefect_flow_run_id": runtime.flow_run.id or ""})
     started = time.perf_counter()
     results = {}
+    store = ArtifactStore(cfg["paths"]["artifacts"])
     try:
+        checksummed = stages_to_checksum(store, keys, force_from)
         for index, stage in enumerate(STAGES):
             results[stage.name] = STAGE_TASKS[stage.name](
-                stage.name, cfg, keys, index >= force_from, parent_run_id, tracker
+                stage.name, cfg, keys, index >= force_from, parent_run_id, tracker, stage.name in checksummed
             )
         train_metrics = results["train"]["metrics"]
         summary = {k: v for k, v in train_metrics.items() if k.startswith(("val_", "test_"))}
@@ -106,7 +170,7 @@ def sgt_pipeline(overrides: list[str] | None = None) -> dict:
             "sgt.cache_hits": ",".join(n for n, r in results.items() if r["cache_hit"]) or "none",
         })
     except BaseException:
-        tracker.end(parent_run_id, ok=False)
+        _close_quietly(tracker, parent_run_id)
         raise
     tracker.end(parent_run_id)
     return {"run_id": parent_run_id, "keys": keys, "stages": results, "metrics": summary,

@@ -6,7 +6,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.states import Failed, State
 
-from flows.cli import preflight
+from flows.cli import format_metric, preflight
 from flows.pipeline import sgt_pipeline
 from sgt_core.errors import SGTError
 
@@ -44,7 +44,7 @@ def sgt_run(dataset: str | None = None, preset: str | None = None, overrides: tu
 
 def mlflow_summary(result: dict) -> str:
     """Markdown for the Prefect UI pointing at the run's MLflow parent run, with its final metrics."""
-    rows = "".join(f"| {name} | {value:.4f} |\n" for name, value in result["metrics"].items())
+    rows = "".join(f"| {name} | {format_metric(value)} |\n" for name, value in result["metrics"].items())
     return (f"MLflow parent run `{result['run_id']}` in `{result['tracking_uri']}`\n\n"
             f"| metric | value |\n|---|---|\n{rows}")
 

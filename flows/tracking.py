@@ -87,28 +87,29 @@ class Tracker:
                     self.experiment_id = self.client.get_experiment_by_name(name).experiment_id
             else:
                 self.experiment_id = experiment.experiment_id
-        self.close_orphaned_runs()
+        self.closed_runs = self.close_orphaned_runs()
 
-    def close_orphaned_runs(self) -> list[str]:
+    def close_orphaned_runs(self) -> dict[str, dict[str, str]]:
         """Marks KILLED this experiment's RUNNING runs whose process on this machine has gone.
 
         A run killed outright (SIGKILL, out of memory, power loss) never closes its MLflow runs; the next
         pipeline that opens the experiment does it for them. Runs of other machines, and of processes that
-        still exist, are left alone. Returns the ids it closed.
+        still exist, are left alone. Returns the tags of the runs it closed, by run id.
         """
-        host, closed = socket.gethostname(), []
+        host, closed = socket.gethostname(), {}
         for run in self.client.search_runs([self.experiment_id], "attributes.status = 'RUNNING'", max_results=1000):
             tags = run.data.tags
             if tags.get("sgt.host") == host and "sgt.pid" in tags and not process_exists(int(tags["sgt.pid"])):
                 self.client.set_terminated(run.info.run_id, "KILLED")
-                closed.append(run.info.run_id)
+                closed[run.info.run_id] = tags
         return closed
 
-    def start_pipeline(self, cfg: dict, keys: dict[str, str]) -> str:
+    def start_pipeline(self, cfg: dict, keys: dict[str, str], tags: dict[str, str] | None = None) -> str:
         run = self.client.create_run(
             self.experiment_id,
             run_name=f"pipeline-{keys['train'][:8]}",
-            tags={"sgt.stage": "pipeline", **{f"sgt.key.{stage}": key for stage, key in keys.items()}, **_owner()},
+            tags={"sgt.stage": "pipeline", **{f"sgt.key.{stage}": key for stage, key in keys.items()}, **_owner(),
+                  **(tags or {})},
         )
         self._log_params(run.info.run_id, flatten(cfg))
         with tempfile.TemporaryDirectory() as folder:

@@ -5,19 +5,37 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import os
 import shutil
 import socket
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
+
+import xxhash
+
+from sgt_core.errors import SGTError
+
+log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.json"
 MANIFEST_FILE = "manifest.json"
 # Private folders beside the results: a result being written, and a replaced one being deleted.
 STAGING_PREFIX = ".tmp-"
 RETIRED_PREFIX = ".old-"
+# A damaged result moved aside, kept for inspection (never read, never deleted by SGT).
+CORRUPT_PREFIX = ".corrupt-"
+_BLOCK = 8 << 20  # bytes read at a time when checksumming
+
+T = TypeVar("T")
+
+
+class ArtifactError(SGTError):
+    """A cached artifact exists but cannot be read; the message names the file and how to rebuild it."""
 
 
 def fingerprint(value) -> str:
@@ -51,6 +69,41 @@ def code_version(*packages: str) -> str:
     return digest.hexdigest()[:16]
 
 
+def checksum(path: Path) -> str:
+    """xxh3-64 of a file's bytes: ~10 GB/s, so verifying a large artifact costs about as much as reading it."""
+    digest = xxhash.xxh3_64()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(_BLOCK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_records(folder: Path) -> dict[str, dict]:
+    """Size and checksum of every file below `folder` (but the manifest), by path relative to it."""
+    return {
+        path.relative_to(folder).as_posix(): {"size": path.stat().st_size, "xxh3": checksum(path)}
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and path.name != MANIFEST_FILE
+    }
+
+
+def read_upstream(folder: Path, stage: str, name: str, reader: Callable[[Path], T]) -> T:
+    """`reader(folder / name)` for a stage's input; a failure names the file and the override rebuilding it.
+
+    The store verifies checksums before a stage reads its upstream, so this catches what a checksum cannot:
+    a file that was written whole but unreadable, or a manifest from before checksums were recorded.
+    """
+    path = folder / name
+    try:
+        return reader(path)
+    except Exception as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        problem = first_line if isinstance(error, SGTError) else f"{type(error).__name__}: {first_line}"
+        raise ArtifactError(
+            f"{path}: cannot be read ({problem}); rebuild it with `sgt run stage={stage}` (and the same overrides)"
+        ) from error
+
+
 class ArtifactStore:
     """Stage outputs under `root/<stage>/<key>/`; a directory exists there only once it is complete."""
 
@@ -60,14 +113,65 @@ class ArtifactStore:
     def path(self, stage: str, key: str) -> Path:
         return self.root / stage / key
 
-    def is_complete(self, stage: str, key: str) -> bool:
-        return (self.path(stage, key) / MANIFEST_FILE).is_file()
+    def damage(self, stage: str, key: str, checksums: bool = False) -> str | None:
+        """What is wrong with the folder at the key, or None when it is whole or absent.
+
+        Whole means: a readable manifest that records every file's size and checksum, and every recorded
+        file present with that size (and, with `checksums`, that checksum).
+        """
+        folder = self.path(stage, key)
+        if not folder.exists():
+            return None
+        try:
+            manifest = json.loads((folder / MANIFEST_FILE).read_text())
+        except FileNotFoundError:
+            return f"no {MANIFEST_FILE} (an incomplete folder)"
+        except (OSError, ValueError) as error:
+            return f"{MANIFEST_FILE} cannot be read ({error})"
+        files = manifest.get("files") if isinstance(manifest, dict) else None
+        if not isinstance(files, dict) or METRICS_FILE not in files:
+            return f"{MANIFEST_FILE} records no file sizes and checksums (written by an older SGT)"
+        for name, record in files.items():
+            path = folder / name
+            if not path.is_file():
+                return f"{name} is missing"
+            size = path.stat().st_size
+            if size != record["size"]:
+                return f"{name} has {size} bytes, the manifest records {record['size']}"
+            if checksums and checksum(path) != record["xxh3"]:
+                return f"{name}'s checksum differs from the manifest's"
+        return None
+
+    def is_complete(self, stage: str, key: str, checksums: bool = False) -> bool:
+        """Whether a whole result is at the key (sizes checked; checksums too if asked). Reads only."""
+        return self.path(stage, key).exists() and self.damage(stage, key, checksums) is None
+
+    def reuse(self, stage: str, key: str, checksums: bool = False) -> bool:
+        """Whether a whole result is at the key; a damaged one is moved aside so that the stage recomputes."""
+        problem = self.damage(stage, key, checksums)
+        if problem is None:
+            return self.path(stage, key).exists()
+        aside = self.quarantine(stage, key)
+        if aside is not None:
+            log.warning("%s: the cached result %s is damaged (%s); moved it to %s and recomputing",
+                        stage, self.path(stage, key), problem, aside)
+        return False
+
+    def quarantine(self, stage: str, key: str) -> Path | None:
+        """Moves the folder at the key to `.corrupt-<key>-…` beside it; None if it was already gone."""
+        stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        aside = self.path(stage, key).parent / f"{CORRUPT_PREFIX}{key}-{stamp}"
+        try:
+            os.rename(self.path(stage, key), aside)
+        except FileNotFoundError:  # a concurrent run moved or replaced it first
+            return None
+        return aside
 
     def metrics(self, stage: str, key: str) -> dict:
-        return json.loads((self.path(stage, key) / METRICS_FILE).read_text())
+        return read_upstream(self.path(stage, key), stage, METRICS_FILE, lambda path: json.loads(path.read_text()))
 
     def manifest(self, stage: str, key: str) -> dict:
-        return json.loads((self.path(stage, key) / MANIFEST_FILE).read_text())
+        return read_upstream(self.path(stage, key), stage, MANIFEST_FILE, lambda path: json.loads(path.read_text()))
 
     @contextmanager
     def writing(self, stage: str, key: str, replace: bool = False) -> Iterator[Path]:
@@ -77,7 +181,7 @@ class ArtifactStore:
         which no lookup takes as a result and the next write to the same stage deletes. So a directory
         under its key is always complete. With `replace` (a forced re-run) an existing result is moved
         aside first; otherwise, if a concurrent run with the same key finished first, its result is kept
-        and ours is discarded.
+        and ours is discarded. An incomplete or damaged folder found at the key is moved to `.corrupt-*`.
         """
         final = self.path(stage, key)
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -96,10 +200,14 @@ class ArtifactStore:
                     shutil.rmtree(retired, ignore_errors=True)
             try:
                 os.rename(staging, final)
-            except OSError:  # a concurrent run with the same key renamed its result into place first
-                if not self.is_complete(stage, key):
-                    raise
-                shutil.rmtree(staging)
+            except OSError:  # a folder is at the key: a concurrent run's result, or a damaged one
+                if self.is_complete(stage, key):  # a concurrent run with the same key finished first
+                    shutil.rmtree(staging)
+                else:
+                    aside = self.quarantine(stage, key)
+                    if aside is not None:
+                        log.warning("%s: replaced the damaged folder %s (moved to %s)", stage, final, aside)
+                    os.rename(staging, final)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -113,9 +221,15 @@ class ArtifactStore:
 
     @staticmethod
     def finish(staging: Path, metrics: dict, manifest: dict) -> None:
-        """Writes the metrics and, last, the manifest that marks the directory complete."""
+        """Writes the metrics and, last, the manifest that marks the directory complete.
+
+        The manifest records each file's size and checksum; it is written under another name and renamed,
+        so a manifest that exists is whole.
+        """
         (staging / METRICS_FILE).write_text(json.dumps(metrics, indent=2))
-        (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
+        partial = staging / (MANIFEST_FILE + ".partial")
+        partial.write_text(json.dumps({**manifest, "files": file_records(staging)}, indent=2))
+        os.rename(partial, staging / MANIFEST_FILE)
 
 
 def _private_name(prefix: str, key: str) -> str:

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -20,6 +22,10 @@ from sgt_core.preprocess.interaction_graph import SUBSTRUCTURE_TYPES
 from sgt_core.sampling import TRAIN_SAMPLERS
 
 STAGE_NAMES = ("preprocess", "estimate", "export", "train")
+# Groups whose keys their files fix: `+key=value` (or `++`) may not add a key inside them, since no stage
+# would read it. Hydra's own error for `train.epoch=5` suggests `+train.epoch=5`, which would otherwise run
+# with the key ignored, under a new cache key.
+FIXED_KEY_GROUPS = ("dataset", "preprocess", "estimator", "model", "train")
 
 
 def config_dir() -> Path:
@@ -29,14 +35,57 @@ def config_dir() -> Path:
 
 def compose_config(overrides: list[str] | None = None) -> dict:
     """The resolved configuration as a plain dict, from `conf/config.yaml` and Hydra `overrides`."""
+    overrides = list(overrides or [])
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-            cfg: DictConfig = compose(config_name="config", overrides=list(overrides or []))
+            _check_added_keys(overrides)
+            cfg: DictConfig = compose(config_name="config", overrides=overrides)
         resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except (HydraException, OmegaConfBaseException) as error:
         raise ConfigError(_explain(error)) from None
     validate_config(resolved)
     return resolved
+
+
+def _check_added_keys(overrides: list[str]) -> None:
+    """Refuses `+key=value` and `++key=value` for a key inside `FIXED_KEY_GROUPS` that the config lacks.
+
+    The keys are looked up in the config composed without those overrides (group choices and presets such
+    as `+experiment=NAME` included), so `++key=value` for an existing key passes. Needs Hydra initialised.
+
+    Raises:
+        ConfigError: `<key>: unknown key; valid keys in <parent>: ...` for each such key, on one line.
+    """
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    added = [override for override in parsed if _adds_a_fixed_key(override)]
+    if not added:
+        return
+    kept = [override.input_line for override in parsed if not _adds_a_fixed_key(override)]
+    base = OmegaConf.to_container(compose(config_name="config", overrides=kept), resolve=False)
+    problems = [problem for override in added if (problem := _unknown_key(base, override.key_or_group))]
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+def _adds_a_fixed_key(override: Override) -> bool:
+    """Whether the override adds a value (not a group choice) at a dotted key inside `FIXED_KEY_GROUPS`."""
+    key = override.key_or_group
+    is_value = override.package is None and "/" not in key and "." in key
+    return (override.is_add() or override.is_force_add()) and is_value and key.split(".")[0] in FIXED_KEY_GROUPS
+
+
+def _unknown_key(cfg: dict, key: str) -> str | None:
+    """The problem with a dotted key that `cfg` lacks, listing the keys where it stops; None if present."""
+    value, parents = cfg, []
+    for part in key.split("."):
+        parent = ".".join(parents)
+        if not isinstance(value, dict):
+            return f"{key}: unknown key; {parent} is a value, not a group of keys"
+        if part not in value:
+            return f"{key}: unknown key; valid keys in {parent}: {', '.join(sorted(map(str, value))) or '(none)'}"
+        value = value[part]
+        parents.append(part)
+    return None
 
 
 def _explain(error: Exception) -> str:
@@ -214,14 +263,17 @@ def validate_config(cfg: dict) -> None:
 
 
 def _dataset_problems(dataset: dict) -> list[tuple[str, str]]:
-    """An unknown loader or PyG name; the loaders check their own values when the data is loaded."""
+    """An unknown loader or PyG name, or a non-boolean `standardize`; the loaders check their own values."""
+    check, expected = BOOLEAN
+    standardize = dataset.get("standardize", False)  # optional: load_dataset defaults it to false
+    problems = [] if check(standardize) else [("dataset.standardize", f"{expected}, found {standardize!r}")]
     name = dataset.get("name")
     if name not in LOADERS:
-        return [("dataset.name", f"unknown dataset {name!r}; expected one of {', '.join(LOADERS)}")]
+        return [*problems, ("dataset.name", f"unknown dataset {name!r}; expected one of {', '.join(LOADERS)}")]
     if name == "pyg" and str(dataset.get("pyg_name")).lower() not in PYG_DATASETS:
-        return [("dataset.pyg_name", (f"unknown PyG dataset {dataset.get('pyg_name')!r}; known names "
-                                     f"(case-insensitive): {KNOWN_NAMES}"))]
-    return []
+        return [*problems, ("dataset.pyg_name", (f"unknown PyG dataset {dataset.get('pyg_name')!r}; known "
+                                                 f"names (case-insensitive): {KNOWN_NAMES}"))]
+    return problems
 
 
 def _relation_problems(cfg: dict) -> list[tuple[str, str]]:

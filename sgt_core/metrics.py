@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import Tensor
+
+log = logging.getLogger(__name__)
+
+UNDEFINED = "undefined"  # reported in place of a metric that a split's labels leave undefined
 
 
 def metric_name(num_classes: int) -> str:
@@ -42,6 +48,33 @@ def all_metrics(logits: Tensor, labels: Tensor, num_classes: int) -> dict[str, f
     metrics = {metric_name(num_classes): evaluate(logits, labels, num_classes)}
     metrics.setdefault("accuracy", accuracy(logits, labels))
     return metrics
+
+
+def undefined_metric(labels: Tensor, num_classes: int) -> str | None:
+    """Why the task metric is undefined on a split with these labels (ROC-AUC on one class), else None."""
+    if num_classes != 2:
+        return None
+    present = torch.unique(labels.cpu())
+    if present.numel() >= 2:
+        return None
+    return f"only class {int(present[0])} in it" if present.numel() else "no nodes in it"
+
+
+def splits_without_metric(y: Tensor, masks: dict[str, Tensor], num_classes: int, stage: str) -> dict[str, str]:
+    """The evaluation splits on which the task metric is undefined, by name, each with a warning logged.
+
+    Such a split's metric is reported as `undefined` (accuracy still is reported); with the validation
+    metric undefined, the best epoch is the one of lowest validation loss.
+    """
+    undefined = {}
+    for split, mask in masks.items():
+        reason = undefined_metric(y[mask], num_classes)
+        if reason is not None:
+            undefined[split] = reason
+            log.warning("%s: the %s split has %s: its %s is undefined and reported as %r (accuracy is still "
+                        "reported)%s", stage, split, reason, metric_name(num_classes), UNDEFINED,
+                        "; the best epoch is chosen by validation loss" if split == "val" else "")
+    return undefined
 
 
 def evaluate(logits: Tensor, labels: Tensor, num_classes: int) -> float:

@@ -56,6 +56,8 @@ def dataset_fingerprint(dataset_cfg: dict) -> str | None:
     path = dataset_cfg.get("path")
     if not path:
         return None
+    if Path(path).is_dir():
+        raise DatasetError(f"{path}: is a directory; expected a .npz file (dataset.path)")
     if not Path(path).is_file():
         raise DatasetError(f"{path}: no such file")
     return file_fingerprint(Path(path))

@@ -72,7 +72,7 @@ def test_both_networks_train_with_every_component(run):
 @pytest.mark.parametrize("override, message", [
     ("preprocess.anchors.max_spd=2", "max_spd"),
     ("preprocess.anchors.max_anchors_per_node=-1", "max_anchors_per_node"),
-    ("+preprocess.substructures.types.hexagon=3", "unknown types hexagon"),
+    ("+preprocess.substructures.types.hexagon=3", "types.hexagon: unknown key"),
     ("preprocess.lpe.m=0", "preprocess.lpe.m"),
     ("model.lpe_heads=3", "lpe_heads"),
 ])

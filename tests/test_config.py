@@ -18,7 +18,8 @@ BAD_VALUES = {
     "negative virtual nodes": (["preprocess.virtual_nodes=-1"], "preprocess.virtual_nodes", "integer >= 0"),
     "unknown substructure type": (
         ["preprocess.substructures.enabled=true", "+preprocess.substructures.types.hexagon=3"],
-        "preprocess.substructures.types", "unknown types hexagon",
+        "preprocess.substructures.types.hexagon",
+        "unknown key; valid keys in preprocess.substructures.types: cycle_3",
     ),
     "too many degrees": (["model.degrees=[3,3,3]"], "model.degrees", "has 3 entries but model.num_layers is 2"),
     "too few degrees": (["model.degrees=[3]"], "model.degrees", "has 1 entries but model.num_layers is 2"),
@@ -30,6 +31,14 @@ BAD_VALUES = {
                          "unknown PyG dataset 'Karate'"),
     "unknown preset": (["+experiment=nope"], "experiment", "unknown option 'nope'"),
     "unknown key": (["model.hiden=32"], "model.hiden", "Key 'hiden' is not in struct"),
+    # `+` is what Hydra's error for an unknown key suggests; the added key would be read by nothing.
+    "added unknown key": (["+train.epoch=5"], "train.epoch",
+                          "unknown key; valid keys in train: batch_size, device, epochs, eval_every, lr"),
+    "force-added unknown key": (["++model.hiden=32"], "model.hiden", "unknown key; valid keys in model: deepnorm"),
+    "added unknown nested key": (["+preprocess.expander.degre=4"], "preprocess.expander.degre",
+                                 "valid keys in preprocess.expander: degree, enabled, max_tries"),
+    "added unknown dataset key": (["+experiment=cora", "+dataset.standardise=true"], "dataset.standardise",
+                                  "valid keys in dataset: name, path, split, split_index, standardize"),
     "missing value": (["dataset=npz"], "dataset.path", "Missing mandatory value"),
     "unknown sampler": (["train.sampler=best"], "train.sampler", "expected one of reservoir"),
     "unknown device": (["train.device=tpu"], "train.device", "expected one of auto, cpu, cuda"),
@@ -98,3 +107,22 @@ def test_every_problem_is_named_on_the_one_line(artifacts_dir, capsys):
 @pytest.mark.parametrize("preset", sorted(path.stem for path in (config_dir() / "experiment").glob("*.yaml")))
 def test_every_preset_passes_validation(preset):
     compose_config([f"+experiment={preset}"])  # raises ConfigError if a rule rejects a shipped preset
+
+
+def test_force_added_existing_keys_and_presets_still_apply():
+    cfg = compose_config(["+experiment=cora", "++train.epochs=7", "++dataset.split.train=0.5"])
+    assert cfg["train"]["epochs"] == 7 and cfg["dataset"]["split"]["train"] == 0.5
+    assert cfg["dataset"]["path"].endswith("cora.npz") and cfg["model"]["hidden"] == 64  # the preset's values
+
+
+def test_every_dataset_config_has_the_standardize_switch_off():
+    required = {"npz": ["dataset.path=x.npz"], "pyg": ["dataset.pyg_name=Cora"],
+                "parquet": ["dataset.nodes.path=n.parquet", "dataset.edges.path=e.parquet"]}
+    for name in sorted(path.stem for path in (config_dir() / "dataset").glob("*.yaml")):
+        assert compose_config([f"dataset={name}", *required.get(name, [])])["dataset"]["standardize"] is False
+
+
+def test_standardize_must_be_a_boolean(artifacts_dir, capsys):
+    assert main(["run", *TINY_OVERRIDES, "dataset.standardize=maybe"]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: dataset.standardize: must be true or false, found 'maybe'\n", err

@@ -74,8 +74,10 @@ def _read_arrays(path: Path, source: str) -> tuple[str, dict[str, np.ndarray]]:
     """
     if not path.exists():
         raise DatasetError(f"{source}: file not found")
+    if path.is_dir():
+        raise DatasetError(f"{source}: is a directory; expected a .npz file")
     if not path.is_file():
-        raise DatasetError(f"{source}: is not a file, expected an .npz archive")
+        raise DatasetError(f"{source}: is not a regular file; expected a .npz file")
     try:
         archive = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as error:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import functools
+import logging
 import os
+import pickle
+import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,19 +39,55 @@ PYG_DATASETS: dict[str, tuple[type[InMemoryDataset], str | None]] = {
 KNOWN_NAMES = ", ".join(name for _, name in PYG_DATASETS.values() if name) + ", WikiCS"
 
 DEFAULT_SPLIT = {"train": 0.6, "val": 0.2, "test": 0.2}
+# What PyG writes beside the processed data: repr(pre_transform) and repr(pre_filter), which it compares on
+# every later run after reading them with torch.load(weights_only=False).
+PROCESSING_RECORDS = ("pre_transform.pt", "pre_filter.pt")
+
+# What a processed file that is not plain tensors raises: torch.load refusing a global (UnpicklingError),
+# a corrupt or truncated archive (RuntimeError, EOFError), or `_unpack` an unexpected layout (ValueError).
+UNSAFE_FILE_ERRORS = (pickle.UnpicklingError, RuntimeError, EOFError, ValueError)
+
+log = logging.getLogger(__name__)
 
 
 class _DownloadFailed(Exception):
     """Marks an exception raised while PyG was downloading, as opposed to processing."""
 
 
+def _load_safely(path: str | Path) -> Any:
+    """Unpickles only tensors, containers and the classes PyG registers as safe globals: no code runs."""
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _reason(error: Exception) -> str:
+    """Why a file did not load, in one line: the global torch refused, else the message's first line.
+
+    torch's refusal opens with advice to load with weights_only=False, which is exactly what not to do.
+    """
+    refused = re.search(r"Unsupported global: GLOBAL \S+", str(error))
+    first_line = re.sub(r"\x1b\[[0-9;]*m", "", str(error).strip()).split("\n")[0]
+    return f"{type(error).__name__}: {refused.group() if refused else first_line}"
+
+
+def _unpack(stored: Any, data_cls: type) -> tuple[Any, Any, type]:
+    """(data, slices, data class) from what `InMemoryDataset.save` wrote: (data, slices[, data class])."""
+    if not (isinstance(stored, tuple) and len(stored) in (2, 3)):
+        raise ValueError(f"expected a tuple (data, slices[, data class]), found {type(stored).__name__}")
+    return stored[0], stored[1], stored[2] if len(stored) == 3 else data_cls
+
+
 @functools.cache
 def _guarded(dataset_class: type[InMemoryDataset]) -> type[InMemoryDataset]:
-    """Returns a subclass whose `download` tags its failures, so they can be told apart from bad files.
+    """Returns a subclass that reads its processed files safely and tags download failures.
 
     PyG runs `download` only when a raw file is missing, so every exception from it is a failed download.
     PyG also writes straight to the final file name, so an interrupted download would leave a truncated
     file that the next run takes for the dataset: whatever the attempt added to the raw folder is deleted.
+
+    PyG reads the processed files with `torch.load`, retrying with `weights_only=False` when the safe load
+    fails, which runs whatever code a crafted file was pickled to run. Here they are read with
+    `weights_only=True` only; a processed file that does not load so is deleted and rebuilt from the raw
+    files, a processing record is deleted (PyG writes it again when it next processes).
     """
 
     def download(self) -> None:
@@ -61,9 +101,48 @@ def _guarded(dataset_class: type[InMemoryDataset]) -> type[InMemoryDataset]:
                 raise _DownloadFailed(repr(error)) from error
             raise
 
+    def load(self, path: str, data_cls: type = Data) -> None:
+        # InMemoryDataset.load, with the safe load only; every dataset class's __init__ calls it.
+        try:
+            data, slices, data_cls = _unpack(_load_safely(path), data_cls)
+        except UNSAFE_FILE_ERRORS as error:
+            _process_again(self, path, error)
+            data, slices, data_cls = _unpack(_load_safely(path), data_cls)
+        self.slices = slices
+        self.data = data_cls.from_dict(data) if isinstance(data, dict) else data
+
+    def _process(self) -> None:
+        for name in PROCESSING_RECORDS:
+            record = Path(self.processed_dir) / name
+            if record.exists():
+                try:
+                    _load_safely(record)
+                except UNSAFE_FILE_ERRORS as error:
+                    log.warning("%s: deleted, it does not load safely (%s)", record, _reason(error))
+                    record.unlink()
+        dataset_class._process(self)
+
     # PyG decides whether to download/process by looking for these methods on the class itself.
-    methods = {"download": download, "process": dataset_class.process}
+    methods = {"download": download, "process": dataset_class.process, "load": load, "_process": _process}
     return type(dataset_class.__name__, (dataset_class,), methods)
+
+
+def _process_again(dataset: InMemoryDataset, path: str, error: Exception) -> None:
+    """Deletes a processed file that did not load safely and rebuilds it from the raw files.
+
+    Raises:
+        DatasetError: If a raw file is missing, so the processed file cannot be rebuilt.
+    """
+    reason = _reason(error)
+    log.warning("%s: does not load safely (%s); deleting it and processing the raw files again", path, reason)
+    Path(path).unlink(missing_ok=True)
+    missing = [raw for raw in dataset.raw_paths if not os.path.exists(raw)]
+    if missing:
+        raise DatasetError(
+            f"{path}: does not load safely ({reason}) and cannot be rebuilt: the raw file {missing[0]} is "
+            "missing; the file was deleted, so the next run downloads the dataset again"
+        )
+    dataset.process()
 
 
 def _paths_under(folder: Path) -> set[Path]:
@@ -93,6 +172,8 @@ def _open_dataset(key: str, root: Path) -> InMemoryDataset:
         if name is None:
             return guarded_class(str(folder), is_undirected=True)
         return guarded_class(str(folder), name)
+    except DatasetError:
+        raise
     except _DownloadFailed as error:
         raise DatasetError(
             f"PyG dataset {name or 'WikiCS'} could not be downloaded into {root} (no network?): "

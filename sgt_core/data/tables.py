@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import csv
 import fnmatch
 import glob
+import gzip
 import itertools
 import os
 from collections.abc import Mapping
@@ -19,14 +21,14 @@ from sgt_core.data.splits import SPLIT_NAMES, stratified_split
 from sgt_core.data.validate import build_graph
 from sgt_core.errors import ConfigError, DatasetError
 
-# File name endings (lower-cased) -> the DuckDB table function that reads them.
+# File name endings (lower-cased) -> the DuckDB table function that reads them and, for CSV, the delimiter.
 READERS = {
-    ".parquet": "read_parquet",
-    ".pq": "read_parquet",
-    ".csv": "read_csv",
-    ".tsv": "read_csv",
-    ".csv.gz": "read_csv",
-    ".tsv.gz": "read_csv",
+    ".parquet": ("read_parquet", None),
+    ".pq": ("read_parquet", None),
+    ".csv": ("read_csv", ","),
+    ".tsv": ("read_csv", "\t"),
+    ".csv.gz": ("read_csv", ","),
+    ".tsv.gz": ("read_csv", "\t"),
 }
 NODE_KEYS = ("path", "id", "features", "label", "split")
 EDGE_KEYS = ("path", "src", "dst")
@@ -45,9 +47,11 @@ def _literal(text: str) -> str:
 
 
 def _message(error: duckdb.Error) -> str:
-    """DuckDB's message on one line, without the query text and caret it appends after a "LINE n:" line."""
+    """DuckDB's message on one line, without what it appends: the query and a caret after a "LINE n:" line,
+    or after "Possible fixes:" reader options (strict_mode=false, ignore_errors=true) no config key sets."""
     lines = [line.strip() for line in str(error).strip().splitlines()]
-    kept = [line for line in itertools.takewhile(lambda line: not line.startswith("LINE "), lines) if line]
+    ends = ("LINE ", "Possible fixes")
+    kept = [line for line in itertools.takewhile(lambda line: not line.startswith(ends), lines) if line]
     return "; ".join(kept)
 
 
@@ -93,6 +97,11 @@ def table_files(table: str, path: str) -> list[Path]:
     pattern = os.path.abspath(os.path.expanduser(path))
     if os.path.isfile(pattern):  # first, so that a file whose path holds "[" is not taken for a pattern
         files = [Path(pattern)]
+    elif os.path.isdir(pattern):
+        raise DatasetError(
+            f"{pattern}: is a directory; expected a Parquet or CSV file, or a glob pattern such as "
+            f"{os.path.join(pattern, '*.parquet')} (dataset.{table}.path)"
+        )
     elif any(character in path for character in GLOB_CHARACTERS):
         files = sorted(Path(match) for match in glob.glob(pattern, recursive=True) if os.path.isfile(match))
     else:
@@ -105,7 +114,10 @@ def table_files(table: str, path: str) -> list[Path]:
                 f"{file}: unknown file type for the {table} table; expected one of {', '.join(READERS)}"
             )
     if len({_reader(file) for file in files}) > 1:
-        raise DatasetError(f"{pattern}: matches both Parquet and CSV files; the {table} table needs one format")
+        endings = sorted({_ending(file) for file in files})
+        raise DatasetError(
+            f"{pattern}: matches files of different formats ({', '.join(endings)}); the {table} table needs one"
+        )
     return files
 
 
@@ -121,10 +133,56 @@ def table_paths(nodes: Mapping, edges: Mapping) -> dict[str, list[Path]]:
     return {"nodes": table_files("nodes", nodes["path"]), "edges": table_files("edges", edges["path"])}
 
 
-def _reader(file: Path) -> str | None:
-    """The DuckDB table function that reads `file`, by its extension; None for an unknown one."""
+def _ending(file: Path) -> str | None:
+    """The key of `READERS` that `file`'s name ends with; None for an unknown type."""
     name = file.name.lower()
-    return next((reader for ending, reader in READERS.items() if name.endswith(ending)), None)
+    return next((ending for ending in READERS if name.endswith(ending)), None)
+
+
+def _reader(file: Path) -> tuple[str, str | None] | None:
+    """The DuckDB table function that reads `file` and its CSV delimiter, by its extension; None if unknown."""
+    return READERS.get(_ending(file))
+
+
+def _read_sql(paths: list[Path]) -> str:
+    """The table function call that reads `paths`, which are all of one format."""
+    function, delimiter = _reader(paths[0])
+    file_list = "[" + ", ".join(_literal(str(path)) for path in paths) + "]"
+    if delimiter is None:
+        return f"{function}({file_list})"
+    # Left to guess, DuckDB's sniffer takes a file with one short row for a single-column table (the error
+    # then names a missing column, not the row), and one with a long row for a table whose header is that
+    # row, skipping the rows above it. Stated, a row that does not fit the header fails the read.
+    return (
+        f"{function}({file_list}, delim = {_literal(delimiter)}, header = true, skip = 0, strict_mode = true)"
+    )
+
+
+def _csv_problem(connection: duckdb.DuckDBPyConnection, path: Path) -> str | None:
+    """DuckDB's message for the first row of a CSV file that does not parse, naming its line; None if all do.
+
+    A bad row among those DuckDB's sniffer samples to detect the column types fails the sniffing without a
+    line number ("not possible to automatically detect the CSV parsing dialect"). Read as text, in as many
+    columns as the header has, nothing is sniffed and the parser names the line.
+    """
+    delimiter = _reader(path)[1]
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rt", newline="", encoding="utf-8") as handle:
+            header = next(csv.reader(handle, delimiter=delimiter), None)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None  # the first read's own error says more
+    if not header:
+        return None
+    columns = ", ".join(f"'column{index}': 'VARCHAR'" for index in range(len(header)))
+    try:
+        connection.execute(
+            f"SELECT COUNT(*) FROM read_csv({_literal(str(path))}, auto_detect = false, header = true, "
+            f"delim = {_literal(delimiter)}, quote = '\"', escape = '\"', strict_mode = true, columns = {{{columns}}})"
+        ).fetchall()
+    except duckdb.Error as error:
+        return _message(error)
+    return None
 
 
 def _is_number(data_type: pa.DataType) -> bool:
@@ -158,14 +216,33 @@ class _Tables:
         except duckdb.Error as error:
             raise DatasetError(f"{self.sources[table]}: {doing} failed: {_message(error)}") from error
 
+    def read(self, table: str, paths: list[Path]) -> None:
+        """Creates `table` from its files.
+
+        Raises:
+            DatasetError: Naming the file; for a CSV row that does not parse, "CSV parse error" and its line.
+        """
+        query = f"CREATE TABLE {table} AS SELECT * FROM {_read_sql(paths)}"
+        if _reader(paths[0])[1] is None:
+            self.fetch(table, query, "reading")
+            return
+        try:
+            self.connection.execute(query)
+        except duckdb.Error as error:
+            for path in paths:
+                problem = _csv_problem(self.connection, path)
+                if problem:
+                    raise DatasetError(f"{path}: CSV parse error: {problem}") from error
+            doing = "CSV parse error" if isinstance(error, duckdb.InvalidInputException) else "reading failed"
+            raise DatasetError(f"{self.sources[table]}: {doing}: {_message(error)}") from error
+
     def load(self, files: dict[str, list[Path]], queries: dict[str, str | None]) -> None:
         """Reads each table's files, then replaces a table by its query's result where one is given.
 
         Every query runs before any table is replaced, so each one reads both tables as the files hold them.
         """
         for table, paths in files.items():
-            file_list = "[" + ", ".join(_literal(str(path)) for path in paths) + "]"
-            self.fetch(table, f"CREATE TABLE {table} AS SELECT * FROM {_reader(paths[0])}({file_list})", "reading")
+            self.read(table, paths)
         reshaped = [table for table, query in queries.items() if query]
         for table in reshaped:
             # As a subquery the text can only be one SELECT: nothing that writes or drops.

@@ -12,6 +12,8 @@ from sgt_core.errors import DatasetError
 ArrayLike = np.ndarray | torch.Tensor
 
 SPLIT_NAMES = ("train", "val", "test")
+# The largest magnitude a float32 holds: larger features become inf when the graph is cast to float32.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _to_numpy(array: ArrayLike) -> np.ndarray:
@@ -27,14 +29,14 @@ def _first_index(flags: np.ndarray) -> int:
 
 
 def check_features(source: str, x: np.ndarray) -> None:
-    """Checks node features: a numeric 2-D array with finite entries.
+    """Checks node features: a numeric 2-D array with finite entries within float32's range.
 
     Args:
         source: File path or description named in error messages.
         x: Node features, expected [N, F].
 
     Raises:
-        DatasetError: If the features are not a finite numeric [N, F] array.
+        DatasetError: If the features are not a finite numeric [N, F] array that float32 can hold.
     """
     if x.ndim != 2:
         raise DatasetError(f"{source}: node features must be a 2-D array [N, F], found shape {x.shape}")
@@ -51,6 +53,15 @@ def check_features(source: str, x: np.ndarray) -> None:
                 f"{source}: node features contain NaN or inf in {int(bad_rows.sum())} of {x.shape[0]} rows "
                 f"(first: row {_first_index(bad_rows)}); expected finite values"
             )
+        if np.finfo(x.dtype).max > FLOAT32_MAX:
+            too_large = np.abs(x) > FLOAT32_MAX  # [N, F]
+            if too_large.any():
+                row, column = (int(index[0]) for index in np.nonzero(too_large))
+                raise DatasetError(
+                    f"{source}: {int(too_large.sum())} node feature values exceed float32's range "
+                    f"(+-{FLOAT32_MAX:.4g}), which the features are stored in (first: row {row}, column {column}, "
+                    f"value {x[row, column]:.6g}); rescale that column"
+                )
 
 
 def check_labels(source: str, y: np.ndarray, num_nodes: int) -> None:
@@ -87,6 +98,26 @@ def check_labels(source: str, y: np.ndarray, num_nodes: int) -> None:
         raise DatasetError(
             f"{source}: {int(negative.sum())} labels are negative (first: node {node} has label {y[node]}); "
             "expected class ids >= 0"
+        )
+
+
+def check_train_classes(source: str, y: np.ndarray, train_mask: np.ndarray) -> None:
+    """Checks that the training nodes hold at least two classes, so that a classifier can be trained.
+
+    Args:
+        source: File path or description named in error messages.
+        y: Labels [N], already checked by `check_labels`.
+        train_mask: Boolean (or 0/1) [N], already checked by `check_masks`, not empty.
+
+    Raises:
+        DatasetError: If every training node has the same label.
+    """
+    train_labels = y[train_mask.astype(bool)]
+    if (train_labels == train_labels[0]).all():
+        nodes = f"all {train_labels.size} train nodes" if train_labels.size > 1 else "its only node"
+        raise DatasetError(
+            f"{source}: the train split has only one class (label {int(train_labels[0])} on {nodes}); "
+            "a classifier needs at least two"
         )
 
 
@@ -160,15 +191,16 @@ def validate_graph(
 
     Args:
         source: File path or description named in error messages.
-        x: Node features [N, F], numeric and finite.
+        x: Node features [N, F], numeric, finite and within float32's range.
         y: Class labels [N], whole non-negative numbers.
         edge_index: Edges [2, E], integer node ids in [0, N).
-        train_mask: Boolean [N].
+        train_mask: Boolean [N], its nodes of at least two classes.
         val_mask: Boolean [N].
         test_mask: Boolean [N].
 
     Raises:
-        DatasetError: At the first problem found, naming the source, what was expected and what was found.
+        DatasetError: At the first problem found, naming the source, what was expected and what was found;
+            also when the train split holds a single class.
     """
     x, y, edge_index = _to_numpy(x), _to_numpy(y), _to_numpy(edge_index)
     check_features(source, x)
@@ -177,6 +209,7 @@ def validate_graph(
     check_edges(source, edge_index, num_nodes)
     masks = dict(zip(SPLIT_NAMES, (_to_numpy(train_mask), _to_numpy(val_mask), _to_numpy(test_mask))))
     check_masks(source, masks, num_nodes)
+    check_train_classes(source, y, masks["train"])
 
 
 def build_graph(

@@ -10,8 +10,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from sgt_core.metrics import evaluate, metric_name
+from sgt_core.artifacts import read_upstream
+from sgt_core.metrics import UNDEFINED, evaluate, metric_name, splits_without_metric
 from sgt_core.models import AttentionScoreEstimator, NodeExtras
+from sgt_core.numerics import check_loss
 from sgt_core.optim import AdamW, CosineWithWarmup
 from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE, NODE_KINDS, InteractionGraph
 from sgt_core.progress import Progress
@@ -29,8 +31,10 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
     """Trains the estimator on CPU and saves the best epoch's scores ([L, E] float32) and weights."""
     options = cfg["estimator"]
     seed_everything(cfg["seed"])
-    graph = InteractionGraph.load(inputs["preprocess"] / INTERACTION_GRAPH_FILE)
+    graph = read_upstream(inputs["preprocess"], "preprocess", INTERACTION_GRAPH_FILE, InteractionGraph.load)
     metric = metric_name(graph.num_classes)
+    undefined = splits_without_metric(graph.y, {"val": graph.val_mask, "test": graph.test_mask},
+                                      graph.num_classes, "estimate")
     model = AttentionScoreEstimator(
         **graph.model_input_sizes(),  # features, classes, edge types, node kinds, SPD, LPE and token sizes
         width=options["width"],
@@ -53,7 +57,7 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
     optimizer = AdamW(model.parameters(), lr=options["lr"], weight_decay=options["weight_decay"])
     scheduler = CosineWithWarmup(optimizer, options["warmup_epochs"], options["epochs"])
 
-    best = {"epoch": -1, "val": float("-inf")}
+    best = {"epoch": -1, "selection": float("-inf")}
     history, started = [], time.perf_counter()
     epochs = Progress(range(options["epochs"]), "estimate epoch", log)
     for epoch in epochs:
@@ -61,6 +65,7 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
         model.train()
         logits, layer_scores = forward(tau)
         loss = F.cross_entropy(logits[graph.train_mask], graph.y[graph.train_mask])
+        check_loss(loss.item(), "estimate", epoch, graph.x, "estimator.lr")
         # The estimator has no dropout and layer norm has no train/eval difference, so this forward pass
         # already is the evaluation of the current weights: no second pass is needed to score the epoch.
         # Only the LPE behaves differently in training (random eigenvector sign flips): with it, the
@@ -69,12 +74,18 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
             model.eval()
             with torch.no_grad():
                 logits, layer_scores = forward(tau)
-        val = evaluate(logits[graph.val_mask], graph.y[graph.val_mask], graph.num_classes)
-        if val > best["val"]:
+        row = {"epoch": epoch, "loss": loss.item(),
+               "val_loss": F.cross_entropy(logits[graph.val_mask].detach(), graph.y[graph.val_mask]).item()}
+        if "val" not in undefined:
+            row[f"val_{metric}"] = evaluate(logits[graph.val_mask], graph.y[graph.val_mask], graph.num_classes)
+        selection = -row["val_loss"] if "val" in undefined else row[f"val_{metric}"]
+        if selection > best["selection"]:
             best = {
                 "epoch": epoch,
-                "val": val,
-                "test": evaluate(logits[graph.test_mask], graph.y[graph.test_mask], graph.num_classes),
+                "selection": selection,
+                f"val_{metric}": row.get(f"val_{metric}", UNDEFINED),
+                f"test_{metric}": UNDEFINED if "test" in undefined else evaluate(
+                    logits[graph.test_mask], graph.y[graph.test_mask], graph.num_classes),
                 "scores": torch.stack([s.detach() for s in layer_scores]).float(),  # [L, E]
                 "state": {k: v.detach().clone() for k, v in model.state_dict().items()},
             }
@@ -82,7 +93,7 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
         loss.backward()
         optimizer.step()
         scheduler.step()
-        history.append({"epoch": epoch, "loss": loss.item(), f"val_{metric}": val, "temperature": tau})
+        history.append({**row, "temperature": tau})
         epochs.set_metrics(**{k: v for k, v in history[-1].items() if k != "epoch"})
 
     torch.save(best["scores"], out_dir / SCORES_FILE)
@@ -90,7 +101,8 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
     (out_dir / HISTORY_FILE).write_text(json.dumps(history))
     return {
         "best_epoch": best["epoch"],
-        f"val_{metric}": best["val"],
-        f"test_{metric}": best["test"],
+        f"val_{metric}": best[f"val_{metric}"],
+        f"test_{metric}": best[f"test_{metric}"],
+        "selected_by": "val_loss" if "val" in undefined else f"val_{metric}",
         "seconds": time.perf_counter() - started,
     }

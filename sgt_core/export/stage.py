@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from sgt_core.artifacts import read_upstream
 from sgt_core.errors import SGTError
 from sgt_core.estimate.stage import SCORES_FILE
 from sgt_core.export.scores import SCORES_DIR, write_attention_scores
@@ -18,8 +19,9 @@ NORMALISATION_TOLERANCE = 1e-4
 
 def run_export(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, float]:
     """Writes the scores to Parquet and checks, through DuckDB, that each destination's scores sum to 1."""
-    graph = InteractionGraph.load(inputs["preprocess"] / INTERACTION_GRAPH_FILE)
-    layer_scores = torch.load(inputs["estimate"] / SCORES_FILE, weights_only=True)  # [L, E]
+    graph = read_upstream(inputs["preprocess"], "preprocess", INTERACTION_GRAPH_FILE, InteractionGraph.load)
+    layer_scores = read_upstream(inputs["estimate"], "estimate", SCORES_FILE,  # [L, E]
+                                 lambda path: torch.load(path, weights_only=True))
     scores_dir = out_dir / SCORES_DIR
     write_attention_scores(layer_scores, graph.edge_index, graph.edge_type, EDGE_TYPES, scores_dir)
     summary = summarise_scores(scores_dir)

@@ -11,10 +11,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from sgt_core.artifacts import read_upstream
 from sgt_core.errors import ConfigError
 from sgt_core.export.scores import SCORES_DIR, read_attention_scores
-from sgt_core.metrics import all_metrics, evaluate, metric_name
+from sgt_core.metrics import UNDEFINED, all_metrics, evaluate, metric_name, splits_without_metric
 from sgt_core.models import NodeExtras, Spexphormer
+from sgt_core.numerics import check_loss
 from sgt_core.optim import AdamW, CosineWithWarmup
 from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE, NODE_KINDS, InteractionGraph
 from sgt_core.progress import Progress
@@ -114,13 +116,16 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
     set_mmap_threshold(options["malloc_mmap_threshold_kb"])
     seed_everything(cfg["seed"])
     device = resolve_device(options["device"])
-    graph = InteractionGraph.load(inputs["preprocess"] / INTERACTION_GRAPH_FILE)
-    layer_scores = read_attention_scores(inputs["export"] / SCORES_DIR, graph.edge_index)  # [L, E]
+    graph = read_upstream(inputs["preprocess"], "preprocess", INTERACTION_GRAPH_FILE, InteractionGraph.load)
+    layer_scores = read_upstream(inputs["export"], "export", SCORES_DIR,  # [L, E]
+                                 lambda path: read_attention_scores(path, graph.edge_index))
     if layer_scores.shape[0] != model_cfg["num_layers"]:
         raise ConfigError(f"the scores have {layer_scores.shape[0]} layers but model.num_layers is {model_cfg['num_layers']}")
     log.info("training the wide network on %s", device)
 
     metric = metric_name(graph.num_classes)
+    undefined = splits_without_metric(graph.y, {"val": graph.val_mask, "test": graph.test_mask},
+                                      graph.num_classes, "train")
     training = WideNetworkTraining.build(cfg, graph, layer_scores, device)
     model, sampler, y = training.model, training.sampler, training.y
     scheduler = CosineWithWarmup(training.optimizer, options["warmup_epochs"], options["epochs"])
@@ -128,11 +133,12 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
                                           for m in (graph.train_mask, graph.val_mask, graph.test_mask))
     eval_nodes = torch.cat([val_nodes, test_nodes])
 
-    best = {"epoch": -1, "val": float("-inf"), "scores": {}, "state": None}
+    best = {"epoch": -1, "selection": float("-inf"), "scores": {}, "state": None}
     history, started = [], time.perf_counter()
     epochs = Progress(range(options["epochs"]), "train epoch", log)
     for epoch in epochs:
         loss = training.train_epoch(train_nodes)
+        check_loss(loss, "train", epoch, graph.x, "train.lr")
         scheduler.step()
         row = {"epoch": epoch, "loss": loss}
         if epoch % options["eval_every"] == 0 or epoch == options["epochs"] - 1:
@@ -140,16 +146,21 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
             with torch.no_grad():
                 logits = training.predict(eval_nodes)  # evaluation samples afresh
             val_logits, test_logits = logits[: val_nodes.numel()], logits[val_nodes.numel():]
-            val = evaluate(val_logits, y[val_nodes], graph.num_classes)
-            row[f"val_{metric}"] = val
-            if val > best["val"]:
+            row["val_loss"] = F.cross_entropy(val_logits, y[val_nodes]).item()
+            if "val" not in undefined:
+                row[f"val_{metric}"] = evaluate(val_logits, y[val_nodes], graph.num_classes)
+            selection = -row["val_loss"] if "val" in undefined else row[f"val_{metric}"]
+            if selection > best["selection"]:
+                scores = {
+                    **{f"val_{k}": v for k, v in all_metrics(val_logits, y[val_nodes], graph.num_classes).items()},
+                    **{f"test_{k}": v for k, v in all_metrics(test_logits, y[test_nodes], graph.num_classes).items()},
+                }
+                for split in undefined:
+                    scores[f"{split}_{metric}"] = UNDEFINED
                 best = {
                     "epoch": epoch,
-                    "val": val,
-                    "scores": {
-                        **{f"val_{k}": v for k, v in all_metrics(val_logits, y[val_nodes], graph.num_classes).items()},
-                        **{f"test_{k}": v for k, v in all_metrics(test_logits, y[test_nodes], graph.num_classes).items()},
-                    },
+                    "selection": selection,
+                    "scores": scores,
                     "state": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
                 }
         history.append(row)
@@ -164,6 +175,7 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
     return {
         "best_epoch": best["epoch"],
         **best["scores"],
+        "selected_by": "val_loss" if "val" in undefined else f"val_{metric}",
         "seconds": seconds,
         "seconds_per_epoch": seconds / max(1, options["epochs"]),
         "device": str(device),

@@ -21,9 +21,10 @@ def npz_config(path: Path, split_index: int = 0) -> dict:
 
 def write_heterophilous(tmp_path: Path, masks_2d: bool = True) -> Path:
     """A 4-node cycle 0-1-2-3-0, each edge stored once, with two splits (or one 1-D split)."""
-    train = np.array([[1, 0, 0, 0], [0, 1, 0, 0]], dtype=bool)
-    val = np.array([[0, 1, 0, 0], [0, 0, 1, 0]], dtype=bool)
-    test = np.array([[0, 0, 1, 1], [1, 0, 0, 1]], dtype=bool)
+    # Each train split holds both classes.
+    train = np.array([[1, 1, 0, 0], [0, 0, 1, 1]], dtype=bool)
+    val = np.array([[0, 0, 1, 0], [1, 0, 0, 0]], dtype=bool)
+    test = np.array([[0, 0, 0, 1], [0, 1, 0, 0]], dtype=bool)
     if not masks_2d:
         train, val, test = train[0], val[0], test[0]
     path = tmp_path / "cycle.npz"
@@ -74,19 +75,19 @@ def test_heterophilous_adds_reverse_edges(tmp_path):
     graph = load_dataset(npz_config(write_heterophilous(tmp_path)), seed=0)
     assert graph.edge_index.shape == (2, 8) and graph.is_undirected()
     assert undirected_pairs(graph.edge_index) == {(0, 1), (1, 2), (2, 3), (0, 3)}
-    assert graph.train_mask.tolist() == [True, False, False, False]
+    assert graph.train_mask.tolist() == [True, True, False, False]
     assert graph.num_classes == 2 and graph.source == str(tmp_path / "cycle.npz")
 
 
 def test_heterophilous_split_index_picks_the_split(tmp_path):
     graph = load_dataset(npz_config(write_heterophilous(tmp_path), split_index=1), seed=0)
-    assert graph.train_mask.tolist() == [False, True, False, False]
-    assert graph.test_mask.tolist() == [True, False, False, True]
+    assert graph.train_mask.tolist() == [False, False, True, True]
+    assert graph.test_mask.tolist() == [False, True, False, False]
 
 
 def test_heterophilous_single_1d_split(tmp_path):
     graph = load_npz(write_heterophilous(tmp_path, masks_2d=False))
-    assert graph.val_mask.tolist() == [False, True, False, False]
+    assert graph.val_mask.tolist() == [False, False, True, False]
 
 
 def test_gnn_benchmark_symmetrises_and_densifies(tmp_path):

@@ -290,6 +290,92 @@ def test_bad_tables_give_one_error_naming_the_file(case, tmp_path, monkeypatch):
         assert repr(nodes["id"][7]) in message
 
 
+def write_delimited(path: Path, columns: dict) -> Path:
+    """Writes columns as CSV or TSV by the file's name, gzip-compressed if it ends in .gz."""
+    delimiter = "\t" if ".tsv" in path.name else ","
+    options = pa_csv.WriteOptions(delimiter=delimiter, quoting_style="none")
+    with pa.CompressedOutputStream(path, "gzip") if path.name.endswith(".gz") else pa.OSFile(str(path), "wb") as out:
+        pa_csv.write_csv(pa.table(columns), out, write_options=options)
+    return path
+
+
+def scalar_node_columns(nodes: dict) -> dict:
+    """The node columns with the feature lists spread over the scalar columns f_0, f_1, f_2."""
+    matrix = np.array(nodes["features"])
+    return {"id": nodes["id"], **{f"f_{i}": matrix[:, i] for i in range(3)}, "label": nodes["label"],
+            "split": nodes["split"]}
+
+
+def test_tsv_and_gzip_files_load(tmp_path):
+    nodes, edges = graph_columns(seed=5)
+    nodes_path = write_delimited(tmp_path / "nodes.tsv.gz", scalar_node_columns(nodes))
+    edges_path = write_delimited(tmp_path / "edges.tsv", edges)
+    graph = load_dataset(table_config(nodes_path, edges_path, nodes__features="f_*"), seed=0)
+    assert_graph_matches(graph, nodes, edges)
+
+
+def drop_field(path: Path, line: int) -> None:
+    """Removes the last field of one line (1-based, the header is line 1) of an uncompressed CSV file."""
+    lines = path.read_text().splitlines()
+    lines[line - 1] = lines[line - 1].rsplit(",", 1)[0]
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize(
+    "table, num_rows, line",
+    [("nodes", NUM_NODES, 4), ("edges", 40, 4), ("edges", 25_000, 24_990)],
+    ids=["nodes", "edges", "edges-beyond-the-sniffed-rows"],
+)
+def test_short_csv_row_is_a_parse_error_naming_its_line(tmp_path, table, num_rows, line):
+    # A short row among the rows DuckDB's sniffer samples (20480) made it read the file as one column named
+    # "src,dst", and the error then said "no column 'src'".
+    nodes, edges = graph_columns()
+    edges = {key: (values * (num_rows // len(values) + 1))[:num_rows] for key, values in edges.items()}
+    nodes_path = write_delimited(tmp_path / "nodes.csv", scalar_node_columns(nodes))
+    edges_path = write_delimited(tmp_path / "edges.csv", edges)
+    bad_file = nodes_path if table == "nodes" else edges_path
+    drop_field(bad_file, line)
+    with pytest.raises(DatasetError) as raised:
+        load_dataset(table_config(nodes_path, edges_path, nodes__features="f_*"), seed=0)
+    message = str(raised.value)
+    assert message.startswith(f"{bad_file}: CSV parse error: ") and f"Line: {line};" in message, message
+    fields = 6 if table == "nodes" else 2
+    assert f"Expected Number of Columns: {fields} Found: {fields - 1}" in message, message
+    assert "\n" not in message and "strict_mode" not in message  # one line, no DuckDB option advice
+
+
+def test_long_tsv_row_is_a_parse_error_not_a_new_header(tmp_path):
+    # With two data rows, one of them long, DuckDB's sniffer took the long row for the header and read no rows.
+    nodes, edges = graph_columns()
+    nodes_path = write_table(tmp_path / "nodes.parquet", nodes)
+    edges_path = tmp_path / "edges.tsv"
+    edges_path.write_text(f"src\tdst\n{edges['src'][0]}\t{edges['dst'][0]}\n{edges['src'][1]}\t{edges['dst'][1]}\t7\n")
+    with pytest.raises(DatasetError) as raised:
+        load_dataset(table_config(nodes_path, edges_path), seed=0)
+    message = str(raised.value)
+    assert message.startswith(f"{edges_path}: CSV parse error: ") and "Line: 3;" in message, message
+    assert "Expected Number of Columns: 2 Found: 3" in message, message
+
+
+@pytest.mark.parametrize("table", ["nodes", "edges"])
+def test_a_directory_as_table_path_is_named_as_such(tmp_path, table, artifacts_dir, capsys):
+    nodes, edges = graph_columns()
+    paths = {"nodes": write_table(tmp_path / "nodes.parquet", nodes), "edges": write_table(tmp_path / "e.csv", edges)}
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    paths[table] = folder
+    expected = (f"{folder}: is a directory; expected a Parquet or CSV file, or a glob pattern such as "
+                f"{folder}/*.parquet (dataset.{table}.path)")
+    with pytest.raises(DatasetError) as raised:
+        load_dataset(table_config(paths["nodes"], paths["edges"]), seed=0)
+    assert str(raised.value) == expected
+    # The CLI checks the paths when it computes the cache keys, before loading anything.
+    overrides = [f"dataset.{name}.path={path}" for name, path in paths.items()]
+    assert main(["run", *TINY_MODEL, "dataset=parquet", *overrides]) == 2
+    assert capsys.readouterr().err == f"error: {expected}\n"
+    assert not artifacts_dir.exists()
+
+
 @pytest.mark.parametrize(
     "changes, expected",
     [

@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from torch_geometric.datasets import HeterophilousGraphDataset
 
 from sgt_core.data import load_dataset
-from sgt_core.data.pyg import load_pyg
+from sgt_core.data.pyg import _guarded, load_pyg
 from sgt_core.errors import ConfigError, DatasetError
 
 SPLIT = {"train": 0.6, "val": 0.2, "test": 0.2}
@@ -105,13 +106,13 @@ def test_stored_2d_masks_use_the_split_index_column(tmp_path):
         node_features=np.eye(4, dtype=np.float32),
         node_labels=np.array([0, 1, 1, 0]),
         edges=np.array([[0, 1], [1, 2], [2, 3]]),
-        train_masks=np.array([[1, 0, 0, 0], [0, 0, 0, 1]], dtype=bool),
-        val_masks=np.array([[0, 1, 0, 0], [0, 0, 1, 0]], dtype=bool),
-        test_masks=np.array([[0, 0, 1, 1], [1, 1, 0, 0]], dtype=bool),
+        train_masks=np.array([[1, 1, 0, 0], [0, 0, 1, 1]], dtype=bool),
+        val_masks=np.array([[0, 0, 1, 0], [1, 0, 0, 0]], dtype=bool),
+        test_masks=np.array([[0, 0, 0, 1], [0, 1, 0, 0]], dtype=bool),
     )
     graph = load_dataset(pyg_config(tmp_path, "Minesweeper", split_index=1), seed=0)
-    assert graph.train_mask.tolist() == [False, False, False, True]
-    assert graph.test_mask.tolist() == [True, True, False, False]
+    assert graph.train_mask.tolist() == [False, False, True, True]
+    assert graph.test_mask.tolist() == [False, True, False, False]
     assert graph.edge_index.shape == (2, 6) and graph.num_classes == 2
     assert "HeterophilousGraphDataset" in graph.source
 
@@ -149,3 +150,71 @@ def test_corrupt_raw_file_is_a_dataset_error(tmp_path):
     (raw / "amazon_electronics_photo.npz").write_bytes(b"not an archive")
     with pytest.raises(DatasetError, match="could not be read.*delete that dataset's folder"):
         load_pyg("Photo", tmp_path)
+
+
+# --- processed files are read without unpickling code ------------------------------------------------------
+
+
+class _Payload:
+    """Unpickling this runs `marker.touch()`: a stand-in for arbitrary code in a crafted processed file."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return Path.touch, (self.marker,)
+
+
+def write_minesweeper_raw(root: Path) -> None:
+    """HeterophilousGraphDataset's raw file, root/minesweeper/raw/minesweeper.npz, so nothing is downloaded."""
+    raw = root / "minesweeper" / "raw"
+    raw.mkdir(parents=True)
+    np.savez(
+        raw / "minesweeper.npz",
+        node_features=np.arange(12, dtype=np.float32).reshape(6, 2),
+        node_labels=np.array([0, 1, 1, 0, 1, 0]),
+        edges=np.array([[0, 1], [1, 2], [2, 3], [3, 4], [4, 5]]),
+        train_masks=np.array([[1, 1, 0, 0, 0, 0]], dtype=bool),
+        val_masks=np.array([[0, 0, 1, 1, 0, 0]], dtype=bool),
+        test_masks=np.array([[0, 0, 0, 0, 1, 1]], dtype=bool),
+    )
+
+
+def assert_same_graph(graph, expected) -> None:
+    for key in ("x", "y", "edge_index", "train_mask", "val_mask", "test_mask"):
+        assert torch.equal(graph[key], expected[key]), key
+
+
+@pytest.mark.parametrize("crafted", ["data.pt", "pre_transform.pt", "pre_filter.pt"])
+def test_crafted_processed_file_never_runs_and_is_rebuilt_from_raw(tmp_path, caplog, crafted):
+    root, marker = tmp_path / "pyg", tmp_path / "payload_ran"
+    write_minesweeper_raw(root)
+    expected = load_pyg("Minesweeper", root)  # processes the raw file into processed/data.pt
+    processed = root / "minesweeper" / "processed"
+    assert (processed / crafted).is_file()
+    assert_same_graph(load_pyg("Minesweeper", root), expected)  # a genuine processed file loads safely
+
+    torch.save((_Payload(marker), None), processed / crafted)
+    with caplog.at_level("WARNING", logger="sgt_core"):
+        graph = load_pyg("Minesweeper", root)
+    assert not marker.exists()
+    assert_same_graph(graph, expected)
+    assert any(str(processed / crafted) in record.getMessage() and "does not load safely" in record.getMessage()
+               for record in caplog.records), caplog.text
+    assert_same_graph(load_pyg("Minesweeper", root), expected)  # what was rebuilt loads again, quietly
+    assert not marker.exists()
+
+
+def test_unsafe_processed_file_without_raw_files_is_a_dataset_error(tmp_path):
+    root, marker = tmp_path / "pyg", tmp_path / "payload_ran"
+    write_minesweeper_raw(root)
+    dataset = _guarded(HeterophilousGraphDataset)(str(root), "Minesweeper")
+    (root / "minesweeper" / "raw" / "minesweeper.npz").unlink()
+    processed = Path(dataset.processed_paths[0])
+    torch.save(_Payload(marker), processed)
+    with pytest.raises(DatasetError) as raised:
+        dataset.load(str(processed))
+    message = str(raised.value)
+    assert message.startswith(f"{processed}: does not load safely"), message
+    assert "minesweeper.npz is missing" in message and "the next run downloads the dataset again" in message
+    assert not marker.exists() and not processed.exists()

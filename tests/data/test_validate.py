@@ -79,7 +79,7 @@ def test_missing_file(tmp_path):
 def test_directory_instead_of_file(tmp_path):
     folder = tmp_path / "folder.npz"
     folder.mkdir()
-    assert "is not a file" in load_error(folder)
+    assert load_error(folder) == f"{folder}: is a directory; expected a .npz file"
 
 
 def test_not_an_archive(tmp_path):
@@ -272,9 +272,9 @@ def test_loading_writes_nothing(tmp_path):
 
 
 def test_validate_graph_accepts_tensors_and_names_the_source():
-    x, y = torch.zeros(3, 2), torch.tensor([0, 1, 0])
+    x, y = torch.zeros(4, 2), torch.tensor([0, 1, 0, 1])
     edge_index = torch.tensor([[0, 1], [1, 2]])
-    masks = [torch.tensor(m, dtype=torch.bool) for m in ([1, 0, 0], [0, 1, 0], [0, 0, 1])]
+    masks = [torch.tensor(m, dtype=torch.bool) for m in ([1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1])]
     validate_graph("toy", x, y, edge_index, *masks)
     expected = r"^toy: edge_index must have shape \[2, E\], found shape \(2, 2, 1\)"
     with pytest.raises(DatasetError, match=expected):
@@ -286,9 +286,53 @@ def test_validate_graph_accepts_tensors_and_names_the_source():
 def test_build_graph_meets_the_contract():
     # Edge 0-1 given once, 1-2 given twice in the same direction, plus a self-loop on 2.
     edge_index = np.array([[0, 1, 1, 2], [1, 2, 2, 2]])
-    masks = [np.array(m, dtype=bool) for m in ([1, 0, 0], [0, 1, 0], [0, 0, 1])]
-    graph = build_graph("toy", np.eye(3, dtype=np.float64), np.array([0, 2, 1]), edge_index, *masks)
+    masks = [np.array(m, dtype=bool) for m in ([1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1])]
+    graph = build_graph("toy", np.eye(4, dtype=np.float64), np.array([0, 2, 1, 1]), edge_index, *masks)
     assert graph.edge_index.tolist() == [[0, 1, 1, 2], [1, 0, 2, 1]]
     assert graph.x.dtype == torch.float32 and graph.y.dtype == torch.int64
     assert graph.edge_index.dtype == torch.int64
     assert graph.train_mask.dtype == torch.bool and graph.num_classes == 3 and graph.source == "toy"
+
+
+# --- feature range and classes ----------------------------------------------------------------------------
+
+
+def test_features_beyond_float32_range(tmp_path):
+    # 1e39 is a finite float64 that becomes inf when the graph is cast to float32.
+    features = heterophilous_arrays()["node_features"].astype(np.float64)
+    features[4, 1] = 1e39
+    features[5, 2] = -1e300
+    path = write(tmp_path, with_changes(heterophilous_arrays(), node_features=features))
+    message = load_error(path)
+    assert "2 node feature values exceed float32's range" in message, message
+    assert "(first: row 4, column 1, value 1e+39)" in message, message
+
+
+def test_large_features_within_float32_range_are_accepted(tmp_path):
+    features = heterophilous_arrays()["node_features"].astype(np.float64)
+    features[4, 1] = 1e38
+    graph = load_npz(write(tmp_path, with_changes(heterophilous_arrays(), node_features=features)))
+    assert graph.x[4, 1].item() == pytest.approx(1e38, rel=1e-6) and torch.isfinite(graph.x).all()
+
+
+def test_single_class_train_split(tmp_path):
+    # Split 0 trains on nodes 0 and 1.
+    labels = np.array([1, 1, 0, 1, 0, 1])
+    path = write(tmp_path, with_changes(heterophilous_arrays(), node_labels=labels))
+    assert load_error(path) == (
+        f"{path}: the train split has only one class (label 1 on all 2 train nodes); a classifier needs at "
+        "least two"
+    )
+    assert load_npz(path, split_index=1).num_classes == 2  # split 1 trains on nodes 2 and 3
+
+
+def test_single_class_val_and_test_splits_are_accepted(tmp_path):
+    labels = np.array([0, 1, 1, 1, 0, 0])  # split 0: val holds class 1 only, test class 0 only
+    graph = load_npz(write(tmp_path, with_changes(heterophilous_arrays(), node_labels=labels)))
+    assert graph.y[graph.val_mask].unique().tolist() == [1] and graph.y[graph.test_mask].unique().tolist() == [0]
+
+
+def test_single_class_train_split_from_any_loader():
+    masks = [np.array(m, dtype=bool) for m in ([1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1])]
+    with pytest.raises(DatasetError, match=r"^toy: the train split has only one class \(label 3 on all 2 train"):
+        build_graph("toy", np.eye(4), np.array([3, 3, 0, 1]), np.array([[0], [1]]), *masks)

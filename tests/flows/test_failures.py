@@ -18,7 +18,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from flows.cli import main
-from sgt_core.artifacts import MANIFEST_FILE, STAGING_PREFIX, ArtifactStore
+from sgt_core.artifacts import MANIFEST_FILE, STAGING_PREFIX, ArtifactError, ArtifactStore
 from sgt_core.estimate.stage import ESTIMATOR_FILE, SCORES_FILE
 from sgt_core.export.stage import run_export
 from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE, InteractionGraph
@@ -114,6 +114,18 @@ def test_killed_run_leaves_nothing_complete_and_the_next_run_resumes(pipeline_en
     killed_stages = stage_runs(client, killed)
     assert killed_stages["estimate"].info.status == "KILLED"
     assert killed_stages["preprocess"].info.status == "FINISHED"
+    # ... and marked its Prefect flow run, and the task run it was in, CRASHED instead of RUNNING forever
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as prefect:
+        flow_run_id = killed.data.tags["sgt.prefect_flow_run_id"]
+        assert prefect.read_flow_run(flow_run_id).state.type.value == "CRASHED"
+        task_runs = prefect.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+        states = {task_run.name.split("-")[0]: task_run.state.type.value for task_run in task_runs}
+        assert states["preprocess"] == "COMPLETED" and states["estimate"] == "CRASHED"
+        resumed_run = prefect.read_flow_run(resumed.data.tags["sgt.prefect_flow_run_id"])
+        assert resumed_run.state.type.value == "COMPLETED"
 
 
 # --- two runs at once on one artifacts root and one MLflow store -------------------------------------------
@@ -241,6 +253,6 @@ def test_malicious_pickle_in_an_artifact_fails_instead_of_running(tmp_path):
     torch.save(_Payload(marker), estimate / SCORES_FILE)
     with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
         InteractionGraph.load(preprocess / INTERACTION_GRAPH_FILE)
-    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+    with pytest.raises(ArtifactError, match="Weights only load failed"):  # naming the file, as a stage's input
         run_export({}, {"preprocess": preprocess, "estimate": estimate}, tmp_path / "export")
     assert not marker.exists()
