@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: setup run test test-slow test-ui ui bench scores lint lint-docker clean
+.PHONY: setup run test test-slow test-ui ui bench bench-scale scores lint lint-docker clean
 
 setup: $(STAMP)
 
@@ -45,6 +45,13 @@ ui: setup
 BENCH_ARGS ?=
 bench: setup
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
+
+# Every stage on generated graphs of 10^4, 10^5, 10^6 nodes and Amazon2M's size (2.45 M nodes): writes
+# artifacts/bench/scale.md, scale.csv and scale.png; each stage under a 20 GB memory watchdog. Narrow it with
+# SCALE_ARGS="--sizes 1e4 1e5".
+SCALE_ARGS ?=
+bench-scale: setup
+	$(BIN)/python -m benchmarks.scale $(SCALE_ARGS)
 
 scores: setup
 	$(BIN)/sgt scores $(ARGS)

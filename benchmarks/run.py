@@ -81,28 +81,61 @@ PAPER = {
 TARGETS = {"minesweeper": (50, 430), "tolokers": (200, 620)}
 
 
-def run_in_process(module: str, first_argument: str | None, cfg: dict, *arguments: str) -> dict:
-    """Runs `python -m module [first_argument] CONFIG.json *arguments` in a fresh process; its last line, as JSON."""
-    with tempfile.NamedTemporaryFile("w", suffix=".json") as handle:
+class MemoryLimitExceeded(RuntimeError):
+    """A benchmark process passed its resident-memory limit and was killed: the breaking point, recorded."""
+
+    def __init__(self, command: str, peak_mb: float, limit_mb: float) -> None:
+        super().__init__(f"{command}: killed at {peak_mb:.0f} MB resident, over the {limit_mb:.0f} MB limit")
+        self.peak_mb = peak_mb
+
+
+def run_in_process(module: str, first_argument: str | None, cfg: dict, *arguments: str,
+                   memory_limit_mb: float | None = None) -> dict:
+    """Runs `python -m module [first_argument] CONFIG.json *arguments` in a fresh process; its last line, as JSON.
+
+    With `memory_limit_mb`, a watchdog samples the process's resident memory every 0.1 s and kills it
+    past the limit (raising MemoryLimitExceeded), so that a benchmark that outgrows the machine records
+    where it broke instead of taking the machine down (it has no swap).
+    """
+    import psutil
+
+    command = f"{module} {first_argument or ''}".strip()
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as handle, \
+            tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
         json.dump(cfg, handle)
         handle.flush()
-        completed = subprocess.run(
+        process = subprocess.Popen(
             [sys.executable, "-m", module, *([first_argument] if first_argument else []), handle.name, *arguments],
-            capture_output=True, text=True, cwd=REPO, check=False,
+            stdout=stdout, stderr=stderr, text=True, cwd=REPO,
         )
-    if completed.returncode:
-        raise RuntimeError(f"{module} {first_argument or ''} failed:\n{completed.stderr[-3000:]}")
-    return json.loads(completed.stdout.strip().splitlines()[-1])
+        watched, peak_mb = psutil.Process(process.pid), 0.0
+        while process.poll() is None:
+            try:
+                peak_mb = max(peak_mb, watched.memory_info().rss / 2**20)
+            except psutil.NoSuchProcess:
+                break
+            if memory_limit_mb is not None and peak_mb > memory_limit_mb:
+                process.kill()
+                process.wait()
+                raise MemoryLimitExceeded(command, peak_mb, memory_limit_mb)
+            time.sleep(0.1)
+        process.wait()
+        stdout.seek(0), stderr.seek(0)
+        output, errors = stdout.read(), stderr.read()
+    if process.returncode:
+        raise RuntimeError(f"{command} failed:\n{errors[-3000:]}")
+    return json.loads(output.strip().splitlines()[-1])
 
 
-def run_stage(store: ArtifactStore, stage, cfg: dict, keys: dict) -> dict:
+def run_stage(store: ArtifactStore, stage, cfg: dict, keys: dict, memory_limit_mb: float | None = None) -> dict:
     """Runs one stage in a fresh process unless cached; returns its metrics and measurements."""
     key = keys[stage.name]
     if store.is_complete(stage.name, key):
         return json.loads((store.path(stage.name, key) / "bench.json").read_text())
     with store.writing(stage.name, key) as staging:
         upstream = [f"{name}={store.path(name, keys[name])}" for name in stage.upstream]
-        result = run_in_process("benchmarks.stage_process", stage.name, cfg, str(staging), *upstream)
+        result = run_in_process("benchmarks.stage_process", stage.name, cfg, str(staging), *upstream,
+                                memory_limit_mb=memory_limit_mb)
         (staging / "bench.json").write_text(json.dumps(result))
         store.finish(staging, result["metrics"], {"stage": stage.name, "key": key, "benchmark": True})
     return result

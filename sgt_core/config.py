@@ -25,7 +25,7 @@ STAGE_NAMES = ("preprocess", "estimate", "export", "train")
 # Groups whose keys their files fix: `+key=value` (or `++`) may not add a key inside them, since no stage
 # would read it. Hydra's own error for `train.epoch=5` suggests `+train.epoch=5`, which would otherwise run
 # with the key ignored, under a new cache key.
-FIXED_KEY_GROUPS = ("dataset", "preprocess", "estimator", "model", "train")
+FIXED_KEY_GROUPS = ("dataset", "preprocess", "estimator", "export", "model", "train")
 
 
 def config_dir() -> Path:
@@ -191,6 +191,7 @@ RULES: dict[str, Rule] = {
     "train.batch_size": NULL_OR_POSITIVE_INTEGER,
     "train.eval_every": _integer(1),
     "train.malloc_mmap_threshold_kb": NULL_OR_POSITIVE_INTEGER,
+    "export.max_candidates_per_node": NULL_OR_POSITIVE_INTEGER,
 }
 NULL_OR_COUNT: Rule = (lambda value: value is None or (_is_int(value) and value >= 0),
                        "must be null or an integer >= 0")
@@ -289,6 +290,11 @@ def _relation_problems(cfg: dict) -> list[tuple[str, str]]:
         problems.append(("estimator.num_layers", (f"{cfg['estimator']['num_layers']} differs from "
                                                  f"model.num_layers={model['num_layers']}; the estimator gives "
                                                  "one score set per wide layer")))
+    keep = cfg["export"]["max_candidates_per_node"]
+    if keep is not None and keep < max(model["degrees"]):
+        problems.append(("export.max_candidates_per_node", (f"{keep} is below the largest of model.degrees "
+                                                            f"{model['degrees']}: a node would have fewer "
+                                                            "candidates than neighbours to draw")))
     if train["sampler"] == "full" and train["batch_size"] is not None:
         problems.append(("train.batch_size", ("must be null with train.sampler=full, which attends over whole "
                                              "neighbourhoods")))

@@ -6,13 +6,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sgt_core.artifacts import code_version, file_fingerprint, fingerprint
+import torch
+
+from sgt_core.artifacts import PACKAGE_ROOT, code_files, code_version, file_fingerprint, fingerprint
 from sgt_core.data.tables import table_paths
-from sgt_core.errors import DatasetError
+from sgt_core.errors import ConfigError, DatasetError
 from sgt_core.estimate.stage import run_estimate
 from sgt_core.export.stage import run_export
+from sgt_core.kernels import cpu_kernels
 from sgt_core.preprocess.stage import run_preprocess
-from sgt_core.train.stage import run_train
+from sgt_core.train.stage import resolve_device, run_train
 
 StageFunction = Callable[[dict, dict[str, Path], Path], dict]
 
@@ -21,30 +24,66 @@ StageFunction = Callable[[dict, dict[str, Path], Path], dict]
 class Stage:
     """One pipeline stage: a plain function (config, upstream artifact dirs, output dir) -> metrics.
 
+    Its code, which enters its cache key, is not listed here: it is every sgt_core module that the
+    stage function's module imports, directly or not (`code_files`), found from the sources.
+
     Attributes:
         name: stage name, also its folder under `artifacts/` and its `sgt.stage` tag.
         run: the stage function.
         config_sections: top-level config keys the stage reads; only these enter its cache key.
         upstream: stages whose artifacts it reads.
-        code: sgt_core sub-packages/modules whose source enters its cache key.
+        kernel_device: where it runs the attention kernels, whose backend enters its cache key: "cpu", a
+            `section.option` config path naming its device (auto/cpu/cuda), or None when it runs none.
     """
 
     name: str
     run: StageFunction
     config_sections: tuple[str, ...]
     upstream: tuple[str, ...]
-    code: tuple[str, ...]
+    kernel_device: str | None = None
+
+    @property
+    def module(self) -> str:
+        """The dotted name of the module defining the stage function, where its import closure starts."""
+        return self.run.__module__
+
+    def code_files(self, root: Path = PACKAGE_ROOT) -> tuple[str, ...]:
+        """The sources (paths relative to root's parent) whose content enters the stage's cache key."""
+        return code_files(self.module, root)
 
 
 STAGES: tuple[Stage, ...] = (
-    Stage("preprocess", run_preprocess, ("dataset", "preprocess", "seed"), (), ("data", "preprocess")),
-    Stage("estimate", run_estimate, ("estimator", "seed"), ("preprocess",),
-          ("estimate", "models", "kernels", "metrics", "schedules", "seeding")),
-    Stage("export", run_export, (), ("preprocess", "estimate"), ("export",)),
-    Stage("train", run_train, ("model", "train", "seed"), ("preprocess", "export"),
-          ("train", "models", "kernels", "sampling", "metrics", "schedules", "seeding")),
+    Stage("preprocess", run_preprocess, ("dataset", "preprocess", "seed"), ()),
+    Stage("estimate", run_estimate, ("estimator", "seed"), ("preprocess",), kernel_device="cpu"),
+    Stage("export", run_export, ("export",), ("preprocess", "estimate")),
+    Stage("train", run_train, ("model", "train", "seed"), ("preprocess", "export"), kernel_device="train.device"),
 )
 STAGE_BY_NAME = {stage.name: stage for stage in STAGES}
+
+
+def kernel_backend(requested: str) -> str:
+    """Which attention kernels run on a device setting (auto/cpu/cuda): "cuda", "compiled" or "torch".
+
+    They draw different random streams (the compiled kernels seed their own generator per call), so the
+    same config gives different results on each. On CUDA the torch kernels run; on the CPU the compiled
+    ones unless they are switched off (SGT_CPU_KERNELS=0) or cannot be built. `cpu_kernels()` answers
+    that as the stage will: it never raises, and compiles once per machine (~1 s), then loads in ms.
+    """
+    try:
+        device = resolve_device(requested)
+    except ConfigError:  # cuda asked for on a machine without it: the stage itself reports that clearly
+        device = torch.device(requested)
+    if device.type != "cpu":
+        return device.type
+    return "compiled" if cpu_kernels() is not None else "torch"
+
+
+def stage_device(stage: Stage, cfg: dict) -> str:
+    """The device setting the stage runs its kernels on: "cpu", or the value of its config option."""
+    if stage.kernel_device == "cpu":
+        return "cpu"
+    section, option = stage.kernel_device.split(".")
+    return cfg[section][option]
 
 
 def dataset_fingerprint(dataset_cfg: dict) -> str | None:
@@ -63,19 +102,26 @@ def dataset_fingerprint(dataset_cfg: dict) -> str | None:
     return file_fingerprint(Path(path))
 
 
-def stage_keys(cfg: dict) -> dict[str, str]:
-    """Each stage's cache key: a hash of its own config sections, its upstream keys and its code."""
+def stage_material(stage: Stage, cfg: dict, keys: dict[str, str], root: Path = PACKAGE_ROOT) -> dict:
+    """What a stage's cache key hashes: its config sections, upstream keys (from `keys`), code, kernel backend."""
+    material = {
+        "stage": stage.name,
+        "config": {section: cfg[section] for section in stage.config_sections},
+        "upstream": {name: keys[name] for name in stage.upstream},
+        "code": code_version(stage.module, root=root),
+    }
+    if stage.kernel_device is not None:
+        material["kernels"] = kernel_backend(stage_device(stage, cfg))
+    if stage.name == "preprocess":
+        material["dataset_file"] = dataset_fingerprint(cfg["dataset"])
+    return material
+
+
+def stage_keys(cfg: dict, root: Path = PACKAGE_ROOT) -> dict[str, str]:
+    """Each stage's cache key, in pipeline order; `root` is the sgt_core folder whose sources are hashed."""
     keys: dict[str, str] = {}
     for stage in STAGES:
-        material = {
-            "stage": stage.name,
-            "config": {section: cfg[section] for section in stage.config_sections},
-            "upstream": {name: keys[name] for name in stage.upstream},
-            "code": code_version(*stage.code),
-        }
-        if stage.name == "preprocess":
-            material["dataset_file"] = dataset_fingerprint(cfg["dataset"])
-        keys[stage.name] = fingerprint(material)
+        keys[stage.name] = fingerprint(stage_material(stage, cfg, keys, root))
     return keys
 
 

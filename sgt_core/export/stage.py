@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import torch
 
 from sgt_core.artifacts import read_upstream
@@ -23,12 +24,14 @@ def run_export(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, f
     layer_scores = read_upstream(inputs["estimate"], "estimate", SCORES_FILE,  # [L, E]
                                  lambda path: torch.load(path, weights_only=True))
     scores_dir = out_dir / SCORES_DIR
-    write_attention_scores(layer_scores, graph.edge_index, graph.edge_type, EDGE_TYPES, scores_dir)
+    keep = cfg["export"]["max_candidates_per_node"]
+    write_attention_scores(layer_scores, graph.edge_index, graph.edge_type, EDGE_TYPES, scores_dir, keep)
     summary = summarise_scores(scores_dir)
     worst = max(row[4] for row in summary["per_layer"])
     if worst > NORMALISATION_TOLERANCE:
         raise SGTError(f"{scores_dir}: scores of some destination sum to 1 +- {worst:.2e}, beyond {NORMALISATION_TOLERANCE}")
-    metrics = {"rows": int(layer_scores.numel()), "max_normalisation_error": float(worst)}
+    rows = sum(pq.ParquetFile(path).metadata.num_rows for path in scores_dir.glob("layer_*.parquet"))
+    metrics = {"rows": rows, "max_normalisation_error": float(worst)}
     for layer, _, entropy, _, _ in summary["per_layer"]:
         metrics[f"mean_entropy_layer_{layer}"] = float(entropy)
     for layer, edge_type, mass, _ in summary["mass"]:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import duckdb
 
 from sgt_core.export.scores import scores_glob
+
+# DuckDB's working memory for the summaries; past it, its aggregates spill to a temporary folder, so the
+# check runs out of core on score files larger than memory (Amazon2M: ~200 M rows per layer).
+DUCKDB_MEMORY_LIMIT = "2GB"
 
 
 def summarise_scores(scores_dir: Path) -> dict[str, list[tuple]]:
@@ -16,7 +21,9 @@ def summarise_scores(scores_dir: Path) -> dict[str, list[tuple]]:
     in a layer add up to 1 (Spexphormer Appendix F.7).
     """
     files = scores_glob(scores_dir)
-    with duckdb.connect() as con:
+    with tempfile.TemporaryDirectory(prefix="sgt-duckdb-") as spill, duckdb.connect(
+        config={"memory_limit": DUCKDB_MEMORY_LIMIT, "temp_directory": spill, "preserve_insertion_order": False}
+    ) as con:
         mass = con.execute(
             f"""
             WITH per_node AS (

@@ -8,9 +8,18 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from sgt_core.export.scores import SCHEMA, SCORES_DIR, read_attention_scores
+from sgt_core.config import compose_config
+from sgt_core.errors import ConfigError
+from sgt_core.export.scores import (
+    SCHEMA,
+    SCORES_DIR,
+    read_attention_scores,
+    top_candidates,
+    write_attention_scores,
+)
 from sgt_core.export.summary import summarise_scores
 from sgt_core.preprocess.interaction_graph import EDGE_TYPES, InteractionGraph
+from tests.conftest import TINY_OVERRIDES
 from tests.stage_runner import run_stages
 
 
@@ -68,3 +77,51 @@ def test_scores_of_another_graph_are_rejected(exported):
     _, graph, scores_dir = exported
     with pytest.raises(Exception, match="do not match"):
         read_attention_scores(scores_dir, torch.flip(graph.edge_index, dims=[1]))
+
+
+# --- export.max_candidates_per_node: each node's best candidates only -----------------------------------
+
+
+def test_top_candidates_keep_the_best_and_renormalise():
+    ptr = torch.tensor([0, 3, 4, 8])  # three destinations with 3, 1 and 4 candidates
+    scores = torch.tensor([0.2, 0.5, 0.3, 1.0, 0.1, 0.4, 0.1, 0.4])
+    positions, kept = top_candidates(scores, ptr, keep=2)
+    assert positions.tolist() == [1, 2, 3, 5, 7]  # of the 4th node's tied 0.4s both stay; of 0.1s none
+    assert torch.allclose(kept, torch.tensor([0.5 / 0.8, 0.3 / 0.8, 1.0, 0.5, 0.5]))
+
+
+def test_a_capped_export_is_a_renormalised_subset_that_reads_back_with_zeros(exported, tmp_path):
+    _, graph, scores_dir = exported
+    full = read_attention_scores(scores_dir, graph.edge_index)  # [L, E]
+    keep = 5
+    write_attention_scores(full, graph.edge_index, graph.edge_type, EDGE_TYPES, tmp_path, keep)
+    capped = read_attention_scores(tmp_path, graph.edge_index)
+    degree = graph.ptr.diff()
+    destination = torch.repeat_interleave(torch.arange(graph.num_nodes), degree)
+    for layer in range(full.shape[0]):
+        kept = capped[layer] > 0
+        per_node = torch.bincount(destination[kept], minlength=graph.num_nodes)
+        assert torch.equal(per_node, degree.clamp(max=keep))
+        sums = torch.zeros(graph.num_nodes).index_add_(0, destination, capped[layer])
+        assert torch.allclose(sums, torch.ones(graph.num_nodes), atol=1e-5)
+        # every kept score is at least every dropped score of its node
+        lowest_kept = torch.full((graph.num_nodes,), 2.0).scatter_reduce(
+            0, destination[kept], full[layer][kept], "amin")
+        highest_dropped = torch.full((graph.num_nodes,), -1.0).scatter_reduce(
+            0, destination[~kept], full[layer][~kept], "amax")
+        assert bool((lowest_kept >= highest_dropped).all())
+    summary = summarise_scores(tmp_path)  # DuckDB's normalisation check holds on the subset
+    assert all(error < 1e-4 for *_, error in summary["per_layer"])
+
+
+def test_the_pipeline_trains_on_capped_scores(tmp_path):
+    _, outputs = run_stages(tmp_path, ["export.max_candidates_per_node=6"])
+    rows = pq.ParquetFile(outputs["export"] / SCORES_DIR / "layer_0.parquet").metadata.num_rows
+    graph = InteractionGraph.load(outputs["preprocess"] / "interaction_graph.pt")
+    assert rows == int(graph.ptr.diff().clamp(max=6).sum()) < graph.num_edges
+    assert (outputs["train"] / "model.pt").is_file()
+
+
+def test_a_cap_below_the_sampled_degree_is_refused():
+    with pytest.raises(ConfigError, match="export.max_candidates_per_node"):
+        compose_config([*TINY_OVERRIDES, "export.max_candidates_per_node=3"])  # model.degrees=[6,4]
