@@ -135,8 +135,11 @@ def expand_sweeps(overrides: list[str]) -> list[list[str]]:
 
 def command_run(overrides: list[str], multirun: bool = False) -> int:
     runs = expand_sweeps(overrides) if multirun else [overrides]
-    for run_overrides in runs:  # every configuration is checked before the first run starts
-        preflight(run_overrides)
+    configs = [preflight(run_overrides) for run_overrides in runs]  # all checked before the first run
+    if any(cfg["stage_isolation"] == "process" for cfg in configs):
+        from flows.isolation import warm_up
+
+        warm_up()  # the stages' process server starts while Prefect's does
     from flows.pipeline import sgt_pipeline
 
     results = []

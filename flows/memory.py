@@ -1,4 +1,4 @@
-"""Samples this process's resident memory (RSS) in a background thread while a stage runs."""
+"""Samples a stage's resident memory (RSS) in a background thread while it runs, here or in its own process."""
 
 from __future__ import annotations
 
@@ -28,6 +28,17 @@ class MemorySampler:
         self._started = 0.0
         self.started_at = 0.0  # wall-clock time (time.time()) of the first sample
 
+    def follow(self, pid: int) -> None:
+        """Samples process `pid` (the stage's own process) instead of this one, from its start."""
+        self._process = psutil.Process(pid)
+        self.samples.clear()  # this process's entry sample is not the stage's
+        self._started, self.started_at = time.perf_counter(), time.time()
+        self._sample()
+
+    def record(self, rss_mb: float) -> None:
+        """Adds a sample taken elsewhere now: the stage process's own high-water mark as it ended."""
+        self.samples.append((time.perf_counter() - self._started, rss_mb))
+
     def __enter__(self) -> Self:
         self._started, self.started_at = time.perf_counter(), time.time()
         self._sample()
@@ -41,10 +52,13 @@ class MemorySampler:
 
     @property
     def peak_mb(self) -> float:
-        return max(rss for _, rss in self.samples)
+        return max((rss for _, rss in self.samples), default=0.0)
 
     def _sample(self) -> None:
-        rss_mb = self._process.memory_info().rss / 2**20
+        try:
+            rss_mb = self._process.memory_info().rss / 2**20
+        except psutil.NoSuchProcess:  # the stage's process has just ended
+            return
         self.samples.append((time.perf_counter() - self._started, rss_mb))
 
     def _run(self) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from prefect import flow, runtime, task
 from prefect.cache_policies import NO_CACHE
 
+from flows.isolation import run_stage_in_process
 from flows.memory import MemorySampler
 from flows.plots import memory_over_time, stage_figures
 from flows.tracking import Tracker
@@ -53,7 +54,12 @@ def _run_stage(
             inputs = {upstream: store.path(upstream, keys[upstream]) for upstream in stage.upstream}
             with store.writing(name, key, replace=force) as staging:
                 with MemorySampler() as memory:
-                    metrics = stage.run(cfg, inputs, staging)
+                    if cfg["stage_isolation"] == "process":
+                        metrics, stage_peak_mb = run_stage_in_process(name, cfg, inputs, staging, memory.follow)
+                        if stage_peak_mb is not None:  # exact, where a 0.5 s sample can miss the peak
+                            memory.record(stage_peak_mb)
+                    else:
+                        metrics = stage.run(cfg, inputs, staging)
                 manifest = {"stage": name, "key": key, "upstream": {u: keys[u] for u in stage.upstream},
                             "config": params, "mlflow_run_id": run_id, "created": time.time()}
                 store.finish(staging, metrics, manifest)

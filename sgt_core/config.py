@@ -157,6 +157,7 @@ DEGREE_LIST: Rule = (lambda value: isinstance(value, list) and all(_is_int(d) an
 RULES: dict[str, Rule] = {
     "seed": _integer(0),
     "stage": _one_of("all", *STAGE_NAMES),
+    "stage_isolation": _one_of("process", "inline"),
     "preprocess.self_loops": BOOLEAN,
     "preprocess.expander.enabled": BOOLEAN,
     "preprocess.virtual_nodes": _integer(0),

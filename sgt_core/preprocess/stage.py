@@ -20,7 +20,7 @@ from sgt_core.preprocess.substructure_tokens import (
     SubstructureOptions,
     sample_substructure_tokens,
 )
-from sgt_core.sampling.degrees import IN_DEGREES_FILE, in_degree_histograms
+from sgt_core.preprocess.degrees import IN_DEGREES_FILE, in_degree_histograms
 
 log = logging.getLogger(__name__)
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from sgt_core.preprocess.degrees import degree_histogram, in_degree_histograms
 from sgt_core.preprocess.interaction_graph import EDGE_TYPES
 from sgt_core.sampling import LayerSampler
-from sgt_core.sampling.degrees import degree_histogram, in_degree_histograms, sampled_degree_histograms
+from sgt_core.sampling.degrees import sampled_degree_histograms
 
 
 def test_degree_histogram_counts_distinct_degrees():

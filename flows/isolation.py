@@ -1,0 +1,149 @@
+"""Runs a stage in a process of its own, so a run's peak memory is its largest stage, not the sum of all.
+
+The stage processes are forked from a server process (multiprocessing's forkserver) that imported torch
+and the stage modules once: a stage starts in milliseconds instead of re-importing torch (~2 s), and
+none of them carries Prefect, MLflow or matplotlib, which stay in the flow's process. The server has
+run no torch operation, so forking it is safe (no OpenMP or CUDA state to inherit).
+
+What crosses the process boundary: the config, input folders and output folder in; the stage's metrics
+and its peak RSS out; its log records, re-emitted in the flow's process under their own logger names
+(Prefect captures them into the task run's logs); its exception, re-raised as the same type.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import multiprocessing
+import os
+import queue
+import signal
+import threading
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from sgt_core.errors import SGTError
+from sgt_core.pipeline import STAGE_BY_NAME, STAGES
+
+log = logging.getLogger("sgt")
+
+_POLL_SECONDS = 0.1  # how often the flow's process forwards the stage's log records while it waits
+
+
+class StageProcessDied(SGTError):
+    """The stage's process ended without reporting: killed (often by the kernel when memory ran out)."""
+
+
+def _context() -> multiprocessing.context.ForkServerContext:
+    context = multiprocessing.get_context("forkserver")
+    # Importing the stage modules once in the server is what makes each stage's start cheap.
+    context.set_forkserver_preload([__name__, *sorted({stage.run.__module__ for stage in STAGES})])
+    return context
+
+
+def warm_up() -> threading.Thread:
+    """Starts the fork server in the background (it imports torch and the stages: seconds), so that it is
+    ready by the time the first stage needs it; the flow's own start (Prefect's server) overlaps it."""
+    from multiprocessing import forkserver
+
+    def start() -> None:
+        _context()
+        forkserver.ensure_running()
+
+    thread = threading.Thread(target=start, name="sgt-forkserver-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+def _peak_rss_mb() -> float | None:
+    """This process's high-water mark of resident memory (VmHWM) in MB, where /proc has it."""
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return None
+
+
+def _stage_main(name: str, cfg: dict, inputs: dict[str, Path], out_dir: Path, environment: dict[str, str],
+                results, records) -> None:
+    """The stage process: runs the stage, sends (status, metrics or exception, peak RSS or traceback)."""
+    # The server's environment is the flow's at the server's start: take the flow's current one.
+    os.environ.clear()
+    os.environ.update(environment)
+    root = logging.getLogger()
+    root.handlers[:] = [logging.handlers.QueueHandler(records)]
+    root.setLevel(logging.INFO)
+    try:
+        metrics = STAGE_BY_NAME[name].run(cfg, inputs, out_dir)
+        results.send(("ok", metrics, _peak_rss_mb()))
+    except BaseException as error:  # noqa: BLE001 - every failure is reported to the flow's process
+        details = traceback.format_exc()
+        try:
+            results.send(("error", error, details))
+        except Exception:  # noqa: BLE001 - an exception that cannot be pickled: send its text instead
+            results.send(("error", RuntimeError(f"{type(error).__name__}: {error}"), details))
+    finally:
+        results.close()
+
+
+def _forward(records) -> None:
+    """Re-emits the stage's queued log records through the flow process's loggers of the same name."""
+    while True:
+        try:
+            record = records.get_nowait()
+        except queue.Empty:
+            return
+        logger = logging.getLogger(record.name)
+        if logger.isEnabledFor(record.levelno):
+            logger.handle(record)
+
+
+def run_stage_in_process(name: str, cfg: dict, inputs: dict[str, Path], out_dir: Path,
+                         on_start: Callable[[int], None] | None = None) -> tuple[dict, float | None]:
+    """Runs stage `name` in its own process; returns its metrics and peak RSS (MB).
+
+    `on_start(pid)` is called once the process exists (the memory sampler follows it). An exception in
+    the stage is re-raised here as the same type; a process that dies without a word (SIGKILL, out of
+    memory) raises StageProcessDied; Ctrl-C here terminates the stage process too.
+    """
+    context = _context()
+    receiving, sending = context.Pipe(duplex=False)
+    records = context.Queue()
+    process = context.Process(target=_stage_main, name=f"sgt-{name}",
+                              args=(name, cfg, inputs, out_dir, dict(os.environ), sending, records))
+    process.start()
+    sending.close()  # ours; the child's copy is the only writer left, so its death reads as EOF
+    message = None
+    try:
+        if on_start is not None:
+            on_start(process.pid)
+        while True:
+            _forward(records)
+            if receiving.poll(_POLL_SECONDS):
+                try:
+                    message = receiving.recv()
+                except EOFError:
+                    pass
+                break
+        process.join()
+        _forward(records)
+    except BaseException:
+        process.terminate()
+        process.join()
+        raise
+    finally:
+        receiving.close()
+        records.close()
+    if message is None:
+        code = process.exitcode
+        how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+        raise StageProcessDied(f"{name}: the stage's process ended ({how}) without reporting; a SIGKILL usually "
+                               "means the machine ran out of memory (see `make bench-scale` for each stage's peak)")
+    status, payload, extra = message
+    if status == "error":
+        if not isinstance(payload, (SGTError, OSError)):  # a bug: keep the stage's own traceback visible
+            log.error("%s: the stage failed in its own process:\n%s", name, extra)
+        raise payload
+    return payload, extra
