@@ -205,19 +205,23 @@ SWITCHED_RULES: dict[str, dict[str, Rule]] = {
         "preprocess.expander.ramanujan_slack": NON_NEGATIVE,
         "preprocess.expander.max_tries": _integer(1),
         "preprocess.expander.per_component": BOOLEAN,
+        "preprocess.expander.spectral_check_steps": _integer(1),
     },
     "preprocess.anchors.enabled": {
         "preprocess.anchors.k": _integer(1),
         "preprocess.anchors.max_spd": _integer(2),
         "preprocess.anchors.max_khop_per_node": NULL_OR_COUNT,
         "preprocess.anchors.max_anchors_per_node": NULL_OR_COUNT,
+        "preprocess.anchors.max_nodes": NULL_OR_POSITIVE_INTEGER,
     },
     "preprocess.substructures.enabled": {
         "preprocess.substructures.threshold": _integer(0),
         "preprocess.substructures.max_size": _integer(1),
+        "preprocess.substructures.max_nodes": NULL_OR_POSITIVE_INTEGER,
     },
     "preprocess.lpe.enabled": {
         "preprocess.lpe.m": _integer(1),
+        "preprocess.lpe.max_nodes": NULL_OR_POSITIVE_INTEGER,
         "estimator.lpe_dim": (_integer(0)[0], "must be an integer >= 0 (0 skips the LPE)"),
         "model.lpe_dim": (_integer(0)[0], "must be an integer >= 0 (0 skips the LPE)"),
     },

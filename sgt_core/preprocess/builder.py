@@ -11,12 +11,12 @@ import numpy as np
 import scipy.sparse
 import scipy.sparse.csgraph
 import torch
-from torch import Tensor
 from torch_geometric.data import Data
 
-from sgt_core.errors import ConfigError
+from sgt_core.errors import ConfigError, DatasetError
+from sgt_core.preprocess.adjacency import sorted_csr
 from sgt_core.preprocess.anchors import k_dominating_set, receptive_field_edges
-from sgt_core.preprocess.expander import hamiltonian_expander
+from sgt_core.preprocess.expander import DEFAULT_LANCZOS_STEPS, hamiltonian_expander
 from sgt_core.preprocess.interaction_graph import EDGE_TYPES, NO_SPD, NODE_KINDS, InteractionGraph
 from sgt_core.preprocess.laplacian import laplacian_eigenpairs
 from sgt_core.preprocess.substructure_tokens import SubstructureTokens
@@ -27,6 +27,10 @@ _ANCHOR_STREAM = 1
 SUBSTRUCTURE_STREAM = 2
 
 log = logging.getLogger(__name__)
+
+# Edge values in the merge: type + 1 + _TYPE_SLOTS * SPD bucket (see _merge_blocks), so (value - 1) splits
+# into the type (remainder) and the SPD bucket (quotient).
+_TYPE_SLOTS = len(EDGE_TYPES)
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,8 @@ def build_interaction_graph(
     anchors: AnchorOptions | None = None,
     substructure_tokens: SubstructureTokens | None = None,
     lpe_eigenpairs: int | None = None,
+    lanczos_steps: int = DEFAULT_LANCZOS_STEPS,
+    compact: bool = False,
 ) -> InteractionGraph:
     """Builds H = graph edges + self-loops + expander + virtual nodes + anchor/k-hop edges + tokens.
 
@@ -98,88 +104,105 @@ def build_interaction_graph(
         substructure_tokens: DeepGraph's tokens (from `sample_substructure_tokens`), each joined both ways
             to its members by `substructure` edges; None disables them.
         lpe_eigenpairs: m, the Laplacian eigenpairs per node for SAN's LPE; None disables it.
+        lanczos_steps: Lanczos steps of the expander's near-Ramanujan check (`hamiltonian_expander`).
+        compact: give `edge_index`, `edge_type`, `edge_spd`, `node_kind` and `token_type` in the dtypes
+            `InteractionGraph.save` stores (int32, int8, int16, int8, int8) instead of int64, so a large
+            graph is never held in int64 at all (the preprocess stage does this).
+
+    Cost: O(N + E) time and memory for the edges (each block is bucketed by destination and the blocks
+    are merged row by row, never sorted as a whole), plus the components' own costs: the expander's,
+    and those of anchors, substructure tokens and the LPE, which are meant for graphs of moderate size.
     """
     num_real = graph.num_nodes
     num_tokens = substructure_tokens.num_tokens if substructure_tokens is not None else 0
     num_total = num_real + virtual_nodes + num_tokens
-    graph_edges = graph.edge_index.cpu()
-    # (edges [2, e], type id, SPD bucket [e] or None for NO_SPD)
-    blocks: list[tuple[Tensor, int, Tensor | None]] = [(graph_edges, EDGE_TYPES.index("graph"), None)]
-    stats: dict[str, float] = {}
+    graph_edges = graph.edge_index.cpu().numpy()  # [2, E], a view
+    if graph_edges.size and bool(np.any(graph_edges[0] == graph_edges[1])):
+        raise DatasetError("graph.edge_index: has self-loops; the loaders remove them (the `self` type adds one)")
+    # Each edge type becomes one sparse block (row dst, column src) whose values code the type and the SPD
+    # bucket; `_merge_blocks` adds them up. Only anchor and k-hop edges carry an SPD (int32 codes).
+    code_dtype = np.int32 if anchors is not None else np.int8
+    started = time.perf_counter()
+    blocks = [_edge_block(graph_edges[0], graph_edges[1], "graph", num_total, code_dtype)]
+    if blocks[0].nnz != graph_edges.shape[1]:
+        raise DatasetError("graph.edge_index: repeats a (src, dst) pair; the loaders coalesce the input graph")
+    stats: dict[str, float] = {"seconds_edges": time.perf_counter() - started}
 
     if self_loops:
-        loop = torch.arange(num_total)
-        blocks.append((torch.stack([loop, loop]), EDGE_TYPES.index("self"), None))
+        loop = np.arange(num_total)
+        blocks.append(_edge_block(loop, loop, "self", num_total, code_dtype))
 
-    expander_edges = None
+    expander_table = None
     if expander_degree:
+        started = time.perf_counter()
         log.info("preprocess: drawing the degree-%d expander", expander_degree)
-        expander_edges, expander_stats = _expander_edges(
-            graph_edges.numpy(), num_real, expander_degree, ramanujan_slack, expander_max_tries,
-            per_component, np.random.default_rng(seed),
+        expander_table, expander_stats = _expander_neighbours(
+            graph_edges, num_real, expander_degree, ramanujan_slack, expander_max_tries,
+            per_component, np.random.default_rng(seed), lanczos_steps,
         )
-        blocks.append((torch.from_numpy(expander_edges), EDGE_TYPES.index("expander"), None))
-        stats.update(expander_stats)
+        blocks.append(_table_block(expander_table, "expander", num_total, code_dtype))
+        stats.update(expander_stats, seconds_expander=time.perf_counter() - started)
 
     if virtual_nodes:
-        real = torch.arange(num_real).repeat(virtual_nodes)  # [V * n]
-        virtual = torch.arange(num_real, num_real + virtual_nodes).repeat_interleave(num_real)  # [V * n]
-        both_ways = torch.cat([torch.stack([real, virtual]), torch.stack([virtual, real])], dim=1)
-        blocks.append((both_ways, EDGE_TYPES.index("virtual"), None))
+        real = np.arange(num_real)
+        virtual = np.arange(num_real, num_real + virtual_nodes)
+        # virtual -> real (dst real) and real -> virtual (dst virtual), each in (dst, src) order
+        blocks.append(_edge_block(np.tile(virtual, num_real), np.repeat(real, virtual_nodes), "virtual", num_total,
+                                  code_dtype))
+        blocks.append(_edge_block(np.tile(real, virtual_nodes), np.repeat(virtual, num_real), "virtual", num_total,
+                                  code_dtype))
 
     if anchors is not None:
         started = time.perf_counter()
         log.info("preprocess: anchors (k=%d) and k-hop edges", anchors.k)
         generator = np.random.default_rng([seed, _ANCHOR_STREAM])
         anchor_blocks, anchor_stats = _receptive_field_blocks(
-            graph_edges.numpy(), num_real, anchors, expander_edges, generator
+            graph_edges, num_real, anchors, expander_table, generator
         )
-        blocks += anchor_blocks
+        blocks += [_edge_block(src, dst, name, num_total, code_dtype, spd) for name, src, dst, spd in anchor_blocks]
         stats.update(anchor_stats, seconds_anchors=time.perf_counter() - started)
 
     if substructure_tokens is not None:
         # Token t is node num_real + virtual_nodes + t; members are input-graph nodes.
         selection = substructure_tokens.selection
-        members = torch.from_numpy(selection.members)  # [M]
-        tokens = num_real + virtual_nodes + torch.from_numpy(selection.instance_of_member)  # [M]
-        both_ways = torch.cat([torch.stack([members, tokens]), torch.stack([tokens, members])], dim=1)
-        blocks.append((both_ways, EDGE_TYPES.index("substructure"), None))
+        members = selection.members  # [M]
+        tokens = num_real + virtual_nodes + selection.instance_of_member  # [M]
+        blocks.append(_edge_block(members, tokens, "substructure", num_total, code_dtype))
+        blocks.append(_edge_block(tokens, members, "substructure", num_total, code_dtype))
         stats.update(substructure_tokens.stats())
 
-    edge_index = torch.cat([edges for edges, _, _ in blocks], dim=1)  # [2, E]
-    edge_type = torch.cat([
-        torch.full((edges.shape[1],), t, dtype=torch.long) for edges, t, _ in blocks
-    ])  # [E]
-    edge_spd = torch.cat([
-        spd if spd is not None else torch.full((edges.shape[1],), NO_SPD, dtype=torch.long)
-        for edges, _, spd in blocks
-    ])  # [E]
-    # Sort by (dst, src) so every node's incoming edges form one CSR segment.
-    order = torch.argsort(edge_index[1] * num_total + edge_index[0])
-    edge_index, edge_type, edge_spd = edge_index[:, order], edge_type[order], edge_spd[order]
+    started = time.perf_counter()
+    index_dtype = torch.int32 if compact and num_total < 2**31 else torch.int64
+    edge_index, edge_type, edge_spd = _merge_blocks(blocks, num_total, index_dtype, compact,
+                                                    with_spd=anchors is not None)
+    del expander_table
+    stats["seconds_edges"] += time.perf_counter() - started
 
     added = num_total - num_real
 
-    def pad(values: Tensor, fill) -> Tensor:
+    def pad(values: torch.Tensor, fill) -> torch.Tensor:
+        if not added:
+            return values  # nothing to add: no copy of a large feature matrix
         return torch.cat([values, values.new_full((added, *values.shape[1:]), fill)])
 
+    small_dtype = torch.int8 if compact else torch.int64
     node_kind = torch.cat([
-        torch.full((num_real,), NODE_KINDS.index("real")),
-        torch.full((virtual_nodes,), NODE_KINDS.index("virtual")),
-        torch.full((num_tokens,), NODE_KINDS.index("substructure")),
+        torch.full((num_real,), NODE_KINDS.index("real"), dtype=small_dtype),
+        torch.full((virtual_nodes,), NODE_KINDS.index("virtual"), dtype=small_dtype),
+        torch.full((num_tokens,), NODE_KINDS.index("substructure"), dtype=small_dtype),
     ])  # [N]
 
     if substructure_tokens is not None:
         token_adjacency = torch.from_numpy(substructure_tokens.adjacency).float()  # [T, s*s]
-        token_type = torch.from_numpy(substructure_tokens.selection.type_id).long()  # [T]
+        token_type = torch.from_numpy(substructure_tokens.selection.type_id).to(small_dtype)  # [T]
     else:
-        token_adjacency, token_type = torch.zeros(0, 0), torch.zeros(0, dtype=torch.long)
+        token_adjacency, token_type = torch.zeros(0, 0), torch.zeros(0, dtype=small_dtype)
 
     if lpe_eigenpairs:
         started = time.perf_counter()
         log.info("preprocess: %d Laplacian eigenpairs for the LPE", lpe_eigenpairs)
         # [n, m] each: eigenvalues (the same on every row), eigenvector entries, padding mask
-        values, vectors, mask = laplacian_eigenpairs(graph_edges.numpy(), num_real, lpe_eigenpairs)
+        values, vectors, mask = laplacian_eigenpairs(graph_edges, num_real, lpe_eigenpairs)
         eigenvalues, eigenvectors = pad(torch.from_numpy(values), 0.0), pad(torch.from_numpy(vectors), 0.0)
         eigen_mask = pad(torch.from_numpy(mask), False)  # added nodes have no spectrum: fully masked
         stats.update(lpe_eigenpairs=int(mask[0].sum()) if num_real else 0,
@@ -188,7 +211,7 @@ def build_interaction_graph(
         eigenvalues = eigenvectors = torch.zeros(num_total, 0)
         eigen_mask = torch.zeros(num_total, 0, dtype=torch.bool)
 
-    type_counts = torch.bincount(edge_type, minlength=len(EDGE_TYPES))
+    type_counts = torch.bincount(edge_type, minlength=len(EDGE_TYPES)).tolist()
     stats.update(
         num_real_nodes=num_real,
         num_nodes=num_total,
@@ -203,7 +226,7 @@ def build_interaction_graph(
         val_mask=pad(graph.val_mask, False),
         test_mask=pad(graph.test_mask, False),
         node_kind=node_kind,
-        edge_index=edge_index.contiguous(),
+        edge_index=edge_index,
         edge_type=edge_type,
         edge_spd=edge_spd,
         num_spd_buckets=anchors.max_spd + 1 if anchors is not None else 0,
@@ -222,18 +245,23 @@ def _receptive_field_blocks(
     graph_edges: np.ndarray,
     num_nodes: int,
     options: AnchorOptions,
-    expander_edges: np.ndarray | None,
+    expander_table: np.ndarray | None,
     generator: np.random.Generator,
-) -> tuple[list[tuple[Tensor, int, Tensor]], dict]:
-    """AnchorGT's `anchor` and `khop` edge blocks with their SPD buckets, minus pairs the expander holds."""
+) -> tuple[list[tuple[str, np.ndarray, np.ndarray, np.ndarray]], dict]:
+    """AnchorGT's `anchor` and `khop` edges (type name, src, dst, SPD bucket), minus pairs the expander holds."""
     anchor_ids = k_dominating_set(graph_edges, num_nodes, options.k, generator)
     field = receptive_field_edges(
         graph_edges, num_nodes, anchor_ids, options.k, options.max_khop_per_node, generator,
         max_spd=options.max_spd, max_anchors_per_node=options.max_anchors_per_node,
     )
     # Expander pairs take precedence (it must stay d-regular): drop anchor/k-hop pairs it already holds.
-    taken = np.sort(expander_edges[1] * num_nodes + expander_edges[0]) if expander_edges is not None else None
-    blocks, dropped = [], 0
+    # The table's rows are sorted, so its (dst, src) keys come out sorted.
+    taken = None
+    if expander_table is not None:
+        dst = np.repeat(np.arange(num_nodes, dtype=np.int64), expander_table.shape[1])
+        taken = dst * num_nodes + expander_table.ravel()
+    blocks = []
+    dropped = 0
     for name in ("anchor", "khop"):
         edges, spd = field[f"{name}_edge_index"], field[f"{name}_spd"]  # [2, e], [e]
         if taken is not None and taken.size and edges.size:
@@ -242,13 +270,13 @@ def _receptive_field_blocks(
             fresh = taken[position] != keys  # [e]
             dropped += int(np.count_nonzero(~fresh))
             edges, spd = edges[:, fresh], spd[fresh]
-        blocks.append((torch.from_numpy(edges), EDGE_TYPES.index(name), torch.from_numpy(spd)))
+        blocks.append((name, edges[0], edges[1], spd))
     field_stats = field["stats"]
     stats = {
         "num_anchors": field_stats["num_anchors"],
         # Table 3 of AnchorGT: the anchor count and the k-hop edges, as finally in the graph.
-        "num_anchor_edges": int(blocks[0][0].shape[1]),
-        "num_khop_edges": int(blocks[1][0].shape[1]),
+        "num_anchor_edges": int(blocks[0][1].size),
+        "num_khop_edges": int(blocks[1][1].size),
         "num_khop_saturated_nodes": field_stats["num_khop_saturated_nodes"],
         "num_uncovered_nodes": field_stats["num_uncovered_nodes"],
         "anchor_khop_pairs_on_expander": dropped,
@@ -256,7 +284,7 @@ def _receptive_field_blocks(
     return blocks, stats
 
 
-def _expander_edges(
+def _expander_neighbours(
     graph_edges: np.ndarray,
     num_nodes: int,
     degree: int,
@@ -264,29 +292,97 @@ def _expander_edges(
     max_tries: int,
     per_component: bool,
     generator: np.random.Generator,
+    lanczos_steps: int,
 ) -> tuple[np.ndarray, dict]:
-    """The expander's edges [2, n*d], across all nodes or inside each connected component."""
+    """The expander as a neighbour table [n, d] (rows sorted), across all nodes or inside each component."""
     if not per_component:
         expander = hamiltonian_expander(num_nodes, degree, generator=generator, forbidden_edge_index=graph_edges,
-                                        ramanujan_slack=ramanujan_slack, max_tries=max_tries)
-        return expander.edge_index, {"expander_second_eigenvalue": expander.second_eigenvalue,
-                                     "expander_bound": expander.bound, "expander_tries": expander.tries}
+                                        ramanujan_slack=ramanujan_slack, max_tries=max_tries,
+                                        lanczos_steps=lanczos_steps)
+        return expander.neighbours, {
+            "expander_second_eigenvalue": expander.second_eigenvalue, "expander_bound": expander.bound,
+            "expander_tries": expander.tries, "expander_lanczos_steps": expander.spectral.steps,
+            "expander_lanczos_residual": expander.spectral.residual,
+        }
     adjacency = scipy.sparse.coo_matrix(
-        (np.ones(graph_edges.shape[1]), (graph_edges[0], graph_edges[1])), shape=(num_nodes, num_nodes)
+        (np.ones(graph_edges.shape[1], dtype=np.int8), (graph_edges[0], graph_edges[1])),
+        shape=(num_nodes, num_nodes),
     )
     num_components, component = scipy.sparse.csgraph.connected_components(adjacency, directed=False)
-    order = np.argsort(component, kind="stable")  # nodes grouped by component
+    order = np.argsort(component, kind="stable")  # nodes grouped by component, ascending inside each
     sizes = np.bincount(component, minlength=num_components)
-    blocks, worst, bound = [], 0.0, float("nan")
+    local = np.empty(num_nodes, dtype=np.int64)  # each node's id inside its component
+    local[order] = np.arange(num_nodes) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    # Every edge joins two nodes of one component: group the edges by it once, in local ids.
+    edge_component = component[graph_edges[0]]
+    edge_sizes = np.bincount(edge_component, minlength=num_components)
+    local_edges = local[graph_edges[:, np.argsort(edge_component, kind="stable")]]  # [2, E]
+    table = np.empty((num_nodes, degree), dtype=np.int64)
+    worst, bound = 0.0, float("nan")
     # A loop over components (each gets its own expander), never over nodes.
-    for members in np.split(order, np.cumsum(sizes)[:-1]):
-        local = np.full(num_nodes, -1)
-        local[members] = np.arange(members.size)
-        inside = (local[graph_edges[0]] >= 0) & (local[graph_edges[1]] >= 0)
-        expander = hamiltonian_expander(members.size, degree, generator=generator,
-                                        forbidden_edge_index=local[graph_edges[:, inside]],
-                                        ramanujan_slack=ramanujan_slack, max_tries=max_tries)
-        blocks.append(members[expander.edge_index])
+    components = zip(np.split(order, np.cumsum(sizes)[:-1]), np.split(local_edges, np.cumsum(edge_sizes)[:-1], axis=1))
+    for members, forbidden in components:
+        expander = hamiltonian_expander(members.size, degree, generator=generator, forbidden_edge_index=forbidden,
+                                        ramanujan_slack=ramanujan_slack, max_tries=max_tries,
+                                        lanczos_steps=lanczos_steps)
+        # members ascend, so mapping local ids to global ones keeps every row sorted
+        table[members] = members[expander.neighbours]
         worst, bound = max(worst, expander.second_eigenvalue), expander.bound
-    return np.concatenate(blocks, axis=1), {"expander_second_eigenvalue": worst, "expander_bound": bound,
-                                            "expander_components": num_components}
+    return table, {"expander_second_eigenvalue": worst, "expander_bound": bound,
+                   "expander_components": num_components}
+
+
+def _edge_block(
+    src: np.ndarray, dst: np.ndarray, type_name: str, num_nodes: int, code_dtype: type, spd: np.ndarray | None = None
+) -> scipy.sparse.csr_matrix:
+    """One edge type's block: CSR [N, N], row dst and column src, valued type + 1 + _TYPE_SLOTS * spd."""
+    code = np.full(src.size, EDGE_TYPES.index(type_name) + 1, dtype=code_dtype)
+    if spd is not None:
+        code += spd.astype(code_dtype) * _TYPE_SLOTS
+    return sorted_csr(dst, src, code, num_nodes)
+
+
+def _table_block(table: np.ndarray, type_name: str, num_nodes: int, code_dtype: type) -> scipy.sparse.csr_matrix:
+    """The block of a neighbour table whose row v lists v's sources ascending (v < its rows): CSR as is."""
+    rows, width = table.shape
+    indptr = np.full(num_nodes + 1, rows * width, dtype=np.int64)
+    indptr[: rows + 1] = np.arange(0, rows * width + 1, width)
+    code = np.full(rows * width, EDGE_TYPES.index(type_name) + 1, dtype=code_dtype)
+    return scipy.sparse.csr_matrix((code, table.ravel(), indptr), shape=(num_nodes, num_nodes))
+
+
+def _merge_blocks(
+    blocks: list[scipy.sparse.csr_matrix], num_nodes: int, index_dtype: torch.dtype, compact: bool, with_spd: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The union of disjoint edge blocks, sorted by (dst, src): edge_index [2, E], edge_type [E], edge_spd [E].
+
+    The blocks (`_edge_block`: a counting sort over destinations, and none for a block already in that
+    order, as all but the input graph's are) have sorted rows, so adding them merges rows in one linear
+    pass: O(N + E) overall, with no sort of all edges. A block's values are type + 1 + _TYPE_SLOTS * spd,
+    never 0, which the sum would drop. Every (dst, src) pair occurs once in all blocks together (a repeat
+    would merge two entries, which the entry count catches).
+
+    Empties `blocks`, so that each block is freed as soon as it is merged.
+    """
+    small_dtype, spd_dtype = (np.int8, np.int16) if compact else (np.int64, np.int64)
+    # Smallest first: every addition copies the running total, which then grows as slowly as it can.
+    blocks[:] = sorted((block for block in blocks if block.nnz), key=lambda block: block.nnz, reverse=True)
+    expected = sum(block.nnz for block in blocks)
+    if not blocks:
+        return (torch.zeros(2, 0, dtype=index_dtype), torch.from_numpy(np.zeros(0, small_dtype)),
+                torch.from_numpy(np.zeros(0, spd_dtype)))
+    total = blocks.pop()
+    while blocks:
+        total = total + blocks.pop()
+    if total.nnz != expected:  # pragma: no cover - the blocks are disjoint by construction
+        raise RuntimeError("internal error: two interaction-graph edge blocks share a (dst, src) pair")
+    numpy_index = np.int32 if index_dtype == torch.int32 else np.int64
+    edge_index = np.empty((2, total.nnz), dtype=numpy_index)
+    edge_index[0] = total.indices
+    edge_index[1] = np.repeat(np.arange(num_nodes, dtype=numpy_index), np.diff(total.indptr))
+    code = total.data
+    del total
+    code -= 1
+    edge_type = (code % _TYPE_SLOTS if with_spd else code).astype(small_dtype)
+    edge_spd = (code // _TYPE_SLOTS).astype(spd_dtype) if with_spd else np.full(code.size, NO_SPD, spd_dtype)
+    return torch.from_numpy(edge_index), torch.from_numpy(edge_type), torch.from_numpy(edge_spd)

@@ -27,7 +27,8 @@ def in_degree_histograms(edge_index: Tensor, edge_type: Tensor, num_nodes: int) 
     """
     dst = edge_index[1]
     histograms = {"all": degree_histogram(torch.bincount(dst, minlength=num_nodes))}
-    for type_id in torch.unique(edge_type).tolist():
+    # bincount, not torch.unique: unique sorts a copy of every edge's type (GBs on large graphs)
+    for type_id in torch.bincount(edge_type, minlength=len(EDGE_TYPES)).nonzero().flatten().tolist():
         in_degree = torch.bincount(dst[edge_type == type_id], minlength=num_nodes)
         histograms[EDGE_TYPES[type_id]] = degree_histogram(in_degree)
     return histograms

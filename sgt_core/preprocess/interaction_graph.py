@@ -34,6 +34,15 @@ SUBSTRUCTURE_TYPES: tuple[str, ...] = (
 # edge_spd value of edges without a distance encoding (every type but anchor and khop).
 NO_SPD = 0
 INTERACTION_GRAPH_FILE = "interaction_graph.pt"
+# The dtypes `InteractionGraph.save` stores these integer fields in (about a third of int64's bytes for the
+# edges); `load` widens them back to int64, so the estimate and train stages see the dtypes they always did.
+STORED_DTYPES: dict[str, torch.dtype] = {
+    "edge_index": torch.int32,
+    "edge_type": torch.int8,
+    "edge_spd": torch.int16,
+    "node_kind": torch.int8,
+    "token_type": torch.int8,
+}
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,9 @@ class InteractionGraph:
         eigen_mask: bool [N, m] False on padding (fewer than m eigenpairs) and on every added node's row.
         num_real_nodes: the first `num_real_nodes` rows are the input graph's nodes.
         num_classes: number of label classes.
+
+    The int64 fields above are what `load` gives; a graph built with `build_interaction_graph(...,
+    compact=True)` (the preprocess stage's) holds them in the narrower `STORED_DTYPES` instead.
     """
 
     x: Tensor
@@ -123,9 +135,27 @@ class InteractionGraph:
         return {name: int(count) for name, count in zip(EDGE_TYPES, counts)}
 
     def save(self, path: Path) -> None:
+        """Writes the fields, the integer ones in `STORED_DTYPES` wherever their values fit."""
+        fields = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        for name, dtype in STORED_DTYPES.items():
+            if _fits(fields[name], dtype):
+                fields[name] = fields[name].to(dtype)  # no copy when it already has that dtype
         # Plain tensors and Python scalars only, so loading needs no unpickling (weights_only=True).
-        torch.save({name: getattr(self, name) for name in self.__dataclass_fields__}, path)
+        torch.save(fields, path)
 
     @classmethod
     def load(cls, path: Path) -> InteractionGraph:
-        return cls(**torch.load(path, weights_only=True))
+        """Reads a saved graph, its integer fields widened to int64 (one at a time, to bound the peak)."""
+        fields = torch.load(path, weights_only=True)
+        for name in STORED_DTYPES:
+            fields[name] = fields[name].long()
+        return cls(**fields)
+
+
+def _fits(values: Tensor, dtype: torch.dtype) -> bool:
+    """Whether every value lies in the integer dtype's range (one pass over the tensor)."""
+    if values.numel() == 0 or values.dtype == dtype:
+        return True
+    low, high = torch.aminmax(values)
+    info = torch.iinfo(dtype)
+    return info.min <= int(low) and int(high) <= info.max

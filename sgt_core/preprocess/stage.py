@@ -9,40 +9,76 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from sgt_core.data import load_dataset
+from sgt_core.errors import ConfigError
+from sgt_core.preprocess.adjacency import sorted_csr
 from sgt_core.preprocess.builder import SUBSTRUCTURE_STREAM, AnchorOptions, build_interaction_graph
+from sgt_core.preprocess.degrees import IN_DEGREES_FILE, in_degree_histograms
 from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE, NODE_KINDS, InteractionGraph
 from sgt_core.preprocess.substructure_tokens import (
     SUBSTRUCTURES_FILE,
     SubstructureOptions,
     sample_substructure_tokens,
 )
-from sgt_core.preprocess.degrees import IN_DEGREES_FILE, in_degree_histograms
 
 log = logging.getLogger(__name__)
 
 
+# The switchable components whose cost grows faster than the graph, with what makes it grow; each group's
+# `max_nodes` refuses larger graphs (checked by `check_size_limits` before any long work).
+SIZE_LIMITED = {
+    "anchors": "one BFS per anchor, and the anchors grow with the graph",
+    "substructures": "coverage sampling costs O(tokens * nodes) and tokens are encoded one by one",
+    "lpe": "ARPACK's Laplacian eigenpairs cost more than linear time",
+}
+
+
 def _options(group: dict) -> dict:
-    """A component's config group without its `enabled` switch: its options' constructor arguments."""
-    return {key: value for key, value in group.items() if key != "enabled"}
+    """A component's config group without its `enabled` switch and `max_nodes` limit: its options' arguments."""
+    return {key: value for key, value in group.items() if key not in ("enabled", "max_nodes")}
+
+
+def check_size_limits(options: dict, num_nodes: int) -> None:
+    """Refuses a graph too large for a switched-on component (its `max_nodes`; null: no limit).
+
+    Raises:
+        ConfigError: one line naming the component, its limit and why it has one.
+    """
+    for name, reason in SIZE_LIMITED.items():
+        group = options[name]
+        limit = group.get("max_nodes")
+        if not group["enabled"] or limit is None:
+            continue
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"preprocess.{name}.max_nodes: must be null or an integer >= 1, found {limit!r}")
+        if num_nodes > limit:
+            raise ConfigError(
+                f"preprocess.{name}.enabled: refused on this graph of {num_nodes} nodes, above "
+                f"preprocess.{name}.max_nodes={limit} ({reason}); switch it off or raise the limit"
+            )
 
 
 def _graph_statistics(edge_index: torch.Tensor, num_nodes: int, interaction_graph: InteractionGraph) -> dict:
-    """Node counts per kind, input and interaction-graph degrees, connected components of the input graph."""
+    """Node counts per kind, input and interaction-graph degrees, connected components of the input graph.
+
+    `edge_index` is the loaded graph's, which holds both directions of every edge (`load_dataset`), so its
+    strongly connected components are its connected components: found without building the transpose,
+    from a CSR matrix that the loaders' sorted edge list gives in linear time.
+    """
     kinds = torch.bincount(interaction_graph.node_kind, minlength=len(NODE_KINDS)).tolist()
-    input_degree = torch.bincount(edge_index[1], minlength=num_nodes).double()  # [n]
+    input_degree = torch.bincount(edge_index[1], minlength=num_nodes)  # [n]
     in_degree = interaction_graph.ptr.diff()  # [N]
     src, dst = edge_index.numpy()
-    adjacency = coo_matrix((np.ones(src.size, dtype=np.int8), (src, dst)), shape=(num_nodes, num_nodes))
+    adjacency = sorted_csr(src, dst, np.ones(src.size), num_nodes)  # float64: what csgraph works in
+    num_components = connected_components(adjacency, directed=True, connection="strong")[0]
     return {
         **{f"num_{kind}_nodes": count for kind, count in zip(NODE_KINDS, kinds)},
-        "input_mean_degree": input_degree.mean().item() if num_nodes else 0.0,
+        "input_mean_degree": input_degree.double().mean().item() if num_nodes else 0.0,
         "input_max_degree": int(input_degree.max().item()) if num_nodes else 0,
         "max_in_degree": int(in_degree.max().item()) if in_degree.numel() else 0,
-        "num_components": int(connected_components(adjacency, directed=False)[0]),
+        "num_components": int(num_components),
     }
 
 
@@ -56,6 +92,7 @@ def run_preprocess(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[st
     graph = load_dataset(cfg["dataset"], seed=cfg["seed"])
     log.info("preprocess: %d nodes, %d edges", graph.num_nodes, graph.num_edges)
     options = cfg["preprocess"]
+    check_size_limits(options, graph.num_nodes)  # before the minutes the expander and tokens may take
     expander = options["expander"]
     metrics: dict[str, float] = {}
 
@@ -83,6 +120,8 @@ def run_preprocess(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[st
         anchors=AnchorOptions(**_options(options["anchors"])) if options["anchors"]["enabled"] else None,
         substructure_tokens=tokens,
         lpe_eigenpairs=options["lpe"]["m"] if options["lpe"]["enabled"] else None,
+        lanczos_steps=expander["spectral_check_steps"],
+        compact=True,  # the stored dtypes: a large graph is never held in int64 here
     )
     interaction_graph.save(out_dir / INTERACTION_GRAPH_FILE)
     # Neighbourhood sizes for the tracking layer's histograms: a few numbers, whatever the graph's size.

@@ -133,3 +133,14 @@ def test_malformed_forbidden_edges():
         _make(10, 4, forbidden_edge_index=np.zeros((3, 2), dtype=np.int64))
     with pytest.raises(DatasetError, match="outside"):
         _make(10, 4, forbidden_edge_index=np.array([[0], [10]]))
+
+
+def test_forbidden_pairs_given_one_way_and_unsorted_are_avoided_both_ways():
+    rows, cols, d = 20, 25, 6
+    n = rows * cols
+    grid = _grid_edges(rows, cols)[:, ::-1]  # one direction only, in no particular order
+    res = _make(n, d, forbidden_edge_index=grid[::-1])
+    _assert_simple_regular_symmetric(res.edge_index, n, d)
+    src, dst = res.edge_index
+    grid_keys = np.minimum(grid[0], grid[1]) * n + np.maximum(grid[0], grid[1])
+    assert not np.isin(np.minimum(src, dst) * n + np.maximum(src, dst), grid_keys).any()
