@@ -89,13 +89,22 @@ class MemoryLimitExceeded(RuntimeError):
         self.peak_mb = peak_mb
 
 
+class TimeLimitExceeded(RuntimeError):
+    """A benchmark process ran past its time limit and was stopped: recorded, not waited for."""
+
+    def __init__(self, command: str, seconds: float, peak_mb: float) -> None:
+        super().__init__(f"{command}: stopped after {seconds:.0f} s (peak {peak_mb:.0f} MB so far)")
+        self.seconds, self.peak_mb = seconds, peak_mb
+
+
 def run_in_process(module: str, first_argument: str | None, cfg: dict, *arguments: str,
-                   memory_limit_mb: float | None = None) -> dict:
+                   memory_limit_mb: float | None = None, time_limit_s: float | None = None) -> dict:
     """Runs `python -m module [first_argument] CONFIG.json *arguments` in a fresh process; its last line, as JSON.
 
     With `memory_limit_mb`, a watchdog samples the process's resident memory every 0.1 s and kills it
     past the limit (raising MemoryLimitExceeded), so that a benchmark that outgrows the machine records
-    where it broke instead of taking the machine down (it has no swap).
+    where it broke instead of taking the machine down (it has no swap). With `time_limit_s`, a process
+    still running then is stopped (raising TimeLimitExceeded).
     """
     import psutil
 
@@ -108,8 +117,12 @@ def run_in_process(module: str, first_argument: str | None, cfg: dict, *argument
             [sys.executable, "-m", module, *([first_argument] if first_argument else []), handle.name, *arguments],
             stdout=stdout, stderr=stderr, text=True, cwd=REPO,
         )
-        watched, peak_mb = psutil.Process(process.pid), 0.0
+        watched, peak_mb, started = psutil.Process(process.pid), 0.0, time.monotonic()
         while process.poll() is None:
+            if time_limit_s is not None and time.monotonic() - started > time_limit_s:
+                process.kill()
+                process.wait()
+                raise TimeLimitExceeded(command, time.monotonic() - started, peak_mb)
             try:
                 peak_mb = max(peak_mb, watched.memory_info().rss / 2**20)
             except psutil.NoSuchProcess:
@@ -127,7 +140,8 @@ def run_in_process(module: str, first_argument: str | None, cfg: dict, *argument
     return json.loads(output.strip().splitlines()[-1])
 
 
-def run_stage(store: ArtifactStore, stage, cfg: dict, keys: dict, memory_limit_mb: float | None = None) -> dict:
+def run_stage(store: ArtifactStore, stage, cfg: dict, keys: dict, memory_limit_mb: float | None = None,
+              time_limit_s: float | None = None) -> dict:
     """Runs one stage in a fresh process unless cached; returns its metrics and measurements."""
     key = keys[stage.name]
     if store.is_complete(stage.name, key):
@@ -135,7 +149,7 @@ def run_stage(store: ArtifactStore, stage, cfg: dict, keys: dict, memory_limit_m
     with store.writing(stage.name, key) as staging:
         upstream = [f"{name}={store.path(name, keys[name])}" for name in stage.upstream]
         result = run_in_process("benchmarks.stage_process", stage.name, cfg, str(staging), *upstream,
-                                memory_limit_mb=memory_limit_mb)
+                                memory_limit_mb=memory_limit_mb, time_limit_s=time_limit_s)
         (staging / "bench.json").write_text(json.dumps(result))
         store.finish(staging, result["metrics"], {"stage": stage.name, "key": key, "benchmark": True})
     return result

@@ -17,7 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from benchmarks.run import REPO, MemoryLimitExceeded, cpu_model, run_stage
+from benchmarks.run import REPO, MemoryLimitExceeded, TimeLimitExceeded, cpu_model, run_stage
 from sgt_core.artifacts import ArtifactStore
 from sgt_core.config import compose_config
 from sgt_core.pipeline import STAGES, stage_keys
@@ -44,7 +44,7 @@ COLUMNS = ["size", "nodes", "attention_edges", "layers", "stage", "status", "sec
            "peak_rss_mb", "bytes_per_edge", "ns_per_edge_layer_epoch"]
 
 
-def measure_size(store: ArtifactStore, size: str, memory_limit_mb: float) -> list[dict]:
+def measure_size(store: ArtifactStore, size: str, memory_limit_mb: float, time_limit_s: float | None) -> list[dict]:
     """Runs (or reuses) the four stages of one size; a row per stage, the breaking point if one was killed."""
     cfg = compose_config(SIZES[size])
     keys = stage_keys(cfg)
@@ -53,11 +53,15 @@ def measure_size(store: ArtifactStore, size: str, memory_limit_mb: float) -> lis
     for stage in STAGES:
         row = {"size": size, "nodes": cfg["dataset"]["num_nodes"], "layers": layers, "stage": stage.name}
         try:
-            result = run_stage(store, stage, cfg, keys, memory_limit_mb=memory_limit_mb)
+            result = run_stage(store, stage, cfg, keys, memory_limit_mb=memory_limit_mb, time_limit_s=time_limit_s)
         except MemoryLimitExceeded as error:
             rows.append({**row, "attention_edges": edges, "status": f"killed at {error.peak_mb:.0f} MB",
                          "peak_rss_mb": error.peak_mb})
             break  # later stages have no input
+        except TimeLimitExceeded as error:
+            rows.append({**row, "attention_edges": edges, "status": f"stopped after {error.seconds:.0f} s",
+                         "peak_rss_mb": error.peak_mb})
+            break
         metrics = result["metrics"]
         if stage.name == "preprocess":
             edges = metrics["num_edges"]
@@ -170,8 +174,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
     parser.add_argument("--memory-limit-gb", type=float, default=20.0,
                         help="kill a stage past this resident memory and record it (the machine has no swap)")
+    parser.add_argument("--stage-time-limit-min", type=float, default=None,
+                        help="stop a stage running longer than this and record it (default: no limit)")
     parser.add_argument("--out", default=str(REPO / "artifacts" / "bench"))
     args = parser.parse_args(argv)
+    time_limit_s = None if args.stage_time_limit_min is None else args.stage_time_limit_min * 60
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     store = ArtifactStore(out / "scale-cache")
@@ -180,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     # Rows of sizes not measured in this invocation stay in the report.
     rows = [row for row in _read_rows(previous) if row["size"] not in args.sizes] if previous.is_file() else []
     for size in args.sizes:
-        rows += measure_size(store, size, limit_mb)
+        rows += measure_size(store, size, limit_mb, time_limit_s)
         rows.sort(key=lambda row: (list(SIZES).index(row["size"]), [s.name for s in STAGES].index(row["stage"])))
         write_report(out, rows, limit_mb)
         print(json.dumps([row for row in rows if row["size"] == size]), flush=True)
@@ -198,8 +205,10 @@ def _read_rows(path: Path) -> list[dict]:
             except ValueError:
                 return value
 
+    text = {"size", "stage", "status"}  # "1e4" is a size's name, not a number
     with open(path, newline="") as handle:
-        return [{key: parse(value) for key, value in row.items()} for row in csv.DictReader(handle)]
+        return [{key: value if key in text else parse(value) for key, value in row.items()}
+                for row in csv.DictReader(handle)]
 
 
 if __name__ == "__main__":
