@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from benchmarks.stage_process import status_mb
+from flows.memory import status_mb
 from sgt_core.preprocess.builder import build_interaction_graph
 from sgt_core.preprocess.degrees import in_degree_histograms
 from sgt_core.preprocess.stage import _graph_statistics

@@ -249,23 +249,26 @@ def gcn_baseline(dataset: str, seeds: list[int]) -> list[float]:
     return [train_gcn(compose_config([*DATASETS[dataset], f"seed={seed}"])) for seed in seeds]
 
 
-def previous_rows(path: Path) -> list[dict]:
-    """The rows of an earlier results.csv with numbers parsed back (none if absent or of another layout)."""
-    if not path.is_file():
-        return []
-    with open(path, newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    if not rows or "export_peak_mb" not in rows[0]:
-        return []
-
+def read_rows(path: Path, text_columns: set[str]) -> list[dict]:
+    """The rows of a results CSV, numbers parsed back (int, float, or None for an empty cell)."""
     def parse(key: str, value: str):
-        if key in ("dataset", "variant", "metric"):
+        if key in text_columns:
             return value
-        if key == "seed":
+        if value in ("", "None"):
+            return None
+        try:
             return int(value)
-        return float(value) if value not in ("", "None") else None
+        except ValueError:
+            return float(value)
 
-    return [{key: parse(key, value) for key, value in row.items()} for row in rows]
+    with open(path, newline="") as handle:
+        return [{key: parse(key, value) for key, value in row.items()} for row in csv.DictReader(handle)]
+
+
+def previous_rows(path: Path) -> list[dict]:
+    """The rows of an earlier results.csv (none if absent or of another layout)."""
+    rows = read_rows(path, {"dataset", "variant", "metric"}) if path.is_file() else []
+    return rows if rows and "export_peak_mb" in rows[0] else []
 
 
 def mean_std(values: list[float], scale: float = 1.0, digits: int = 2) -> str:

@@ -17,7 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from benchmarks.run import REPO, MemoryLimitExceeded, TimeLimitExceeded, cpu_model, run_stage
+from benchmarks.run import REPO, MemoryLimitExceeded, TimeLimitExceeded, cpu_model, read_rows, run_stage
 from sgt_core.artifacts import ArtifactStore
 from sgt_core.config import compose_config
 from sgt_core.pipeline import STAGES, stage_keys
@@ -185,30 +185,13 @@ def main(argv: list[str] | None = None) -> None:
     limit_mb = args.memory_limit_gb * 1024
     previous = out / "scale.csv"
     # Rows of sizes not measured in this invocation stay in the report.
-    rows = [row for row in _read_rows(previous) if row["size"] not in args.sizes] if previous.is_file() else []
+    text = {"size", "stage", "status"}  # "1e4" is a size's name, not a number
+    rows = [row for row in read_rows(previous, text) if row["size"] not in args.sizes] if previous.is_file() else []
     for size in args.sizes:
         rows += measure_size(store, size, limit_mb, time_limit_s)
         rows.sort(key=lambda row: (list(SIZES).index(row["size"]), [s.name for s in STAGES].index(row["stage"])))
         write_report(out, rows, limit_mb)
         print(json.dumps([row for row in rows if row["size"] == size]), flush=True)
-
-
-def _read_rows(path: Path) -> list[dict]:
-    def parse(value: str):
-        if value == "":
-            return None
-        try:
-            return int(value)
-        except ValueError:
-            try:
-                return float(value)
-            except ValueError:
-                return value
-
-    text = {"size", "stage", "status"}  # "1e4" is a size's name, not a number
-    with open(path, newline="") as handle:
-        return [{key: value if key in text else parse(value) for key, value in row.items()}
-                for row in csv.DictReader(handle)]
 
 
 if __name__ == "__main__":

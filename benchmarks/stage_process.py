@@ -15,22 +15,14 @@ import sys
 import time
 from pathlib import Path
 
+from flows.memory import status_mb
+
 STAGE_FUNCTIONS = {
     "preprocess": "sgt_core.preprocess.stage:run_preprocess",
     "estimate": "sgt_core.estimate.stage:run_estimate",
     "export": "sgt_core.export.stage:run_export",
     "train": "sgt_core.train.stage:run_train",
 }
-
-
-def status_mb(field: str) -> float | None:
-    """A memory field of /proc/self/status (VmRSS, VmHWM) in MB; None where there is no such file."""
-    status = Path("/proc/self/status")
-    if status.exists():
-        for line in status.read_text().splitlines():
-            if line.startswith(f"{field}:"):
-                return int(line.split()[1]) / 1024  # kB
-    return None
 
 
 def peak_rss_mb() -> float:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.stage_process import status_mb
+from flows.memory import status_mb
 from sgt_core.export.scores import SCORES_DIR, read_attention_scores
 from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE, InteractionGraph
 from sgt_core.seeding import seed_everything

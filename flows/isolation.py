@@ -23,6 +23,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from flows.memory import status_mb
 from sgt_core.errors import SGTError
 from sgt_core.pipeline import STAGE_BY_NAME, STAGES
 
@@ -56,16 +57,6 @@ def warm_up() -> threading.Thread:
     return thread
 
 
-def _peak_rss_mb() -> float | None:
-    """This process's high-water mark of resident memory (VmHWM) in MB, where /proc has it."""
-    status = Path("/proc/self/status")
-    if status.exists():
-        for line in status.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return None
-
-
 def _stage_main(name: str, cfg: dict, inputs: dict[str, Path], out_dir: Path, environment: dict[str, str],
                 results, records) -> None:
     """The stage process: runs the stage, sends (status, metrics or exception, peak RSS or traceback)."""
@@ -77,7 +68,7 @@ def _stage_main(name: str, cfg: dict, inputs: dict[str, Path], out_dir: Path, en
     root.setLevel(logging.INFO)
     try:
         metrics = STAGE_BY_NAME[name].run(cfg, inputs, out_dir)
-        results.send(("ok", metrics, _peak_rss_mb()))
+        results.send(("ok", metrics, status_mb("VmHWM")))
     except BaseException as error:  # noqa: BLE001 - every failure is reported to the flow's process
         details = traceback.format_exc()
         try:

@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Self
-
-import psutil
 
 # Often enough to catch a stage's peak, rare enough that the sampling thread costs nothing measurable.
 INTERVAL_SECONDS = 0.5
+
+
+def status_mb(field: str) -> float | None:
+    """A memory field of /proc/self/status (VmRSS; VmHWM, the peak) in MB; None where there is no such file.
+
+    Imports nothing, so a process measuring its own peak (a stage, a benchmark) carries no extra module.
+    """
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) / 1024  # kB
+    return None
 
 
 class MemorySampler:
@@ -22,6 +34,9 @@ class MemorySampler:
     def __init__(self, interval: float = INTERVAL_SECONDS) -> None:
         self.interval = interval
         self.samples: list[tuple[float, float]] = []
+        import psutil  # here, not at the top: status_mb's users should not pay for it
+
+        self._psutil = psutil
         self._process = psutil.Process()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sgt-memory-sampler", daemon=True)
@@ -30,7 +45,7 @@ class MemorySampler:
 
     def follow(self, pid: int) -> None:
         """Samples process `pid` (the stage's own process) instead of this one, from its start."""
-        self._process = psutil.Process(pid)
+        self._process = self._psutil.Process(pid)
         self.samples.clear()  # this process's entry sample is not the stage's
         self._started, self.started_at = time.perf_counter(), time.time()
         self._sample()
@@ -57,7 +72,7 @@ class MemorySampler:
     def _sample(self) -> None:
         try:
             rss_mb = self._process.memory_info().rss / 2**20
-        except psutil.NoSuchProcess:  # the stage's process has just ended
+        except self._psutil.NoSuchProcess:  # the stage's process has just ended
             return
         self.samples.append((time.perf_counter() - self._started, rss_mb))
 

@@ -64,7 +64,7 @@ def destination_offsets(dst: Tensor) -> Tensor:
 
 def write_attention_scores(
     layer_scores: Tensor, edge_index: Tensor, edge_type: Tensor, edge_type_names: tuple[str, ...], out_dir: Path,
-    max_candidates_per_node: int | None = None,
+    max_candidates_per_node: int | None = None, ptr: Tensor | None = None,
 ) -> list[Path]:
     """Writes one Parquet file per layer: one row per attention edge, in the interaction graph's edge order.
 
@@ -76,13 +76,16 @@ def write_attention_scores(
         layer_scores: float [L, E].
         edge_index: int [2, E] (src, dst), sorted by dst then src.
         edge_type: int [E] indices into `edge_type_names`.
+        ptr: the graph's CSR offsets by destination (`InteractionGraph.ptr`); derived from `edge_index`
+            when not given. Read only with `max_candidates_per_node`.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     names = pa.array(list(edge_type_names))
-    ptr = None if max_candidates_per_node is None else destination_offsets(edge_index[1])
+    if max_candidates_per_node is not None and ptr is None:
+        ptr = destination_offsets(edge_index[1])
     paths = []
     for layer, scores in enumerate(layer_scores):
-        if ptr is None:
+        if max_candidates_per_node is None:
             positions, kept_scores = None, scores.float()
         else:
             positions, kept_scores = top_candidates(scores, ptr, max_candidates_per_node)
@@ -124,11 +127,12 @@ def _values(path: Path, name: str, array: pa.Array) -> np.ndarray:
     return np.frombuffer(array.buffers()[1], dtype=dtype, count=array.offset + len(array))[array.offset:]
 
 
-def read_attention_scores(scores_dir: Path, edge_index: Tensor) -> Tensor:
+def read_attention_scores(scores_dir: Path, edge_index: Tensor, ptr: Tensor | None = None) -> Tensor:
     """Reads the per-layer scores back as float32 [L, E], checking they belong to this interaction graph.
 
     A file with fewer rows than the graph has edges (written with `export.max_candidates_per_node`) gives
-    its rows' scores and 0 to every candidate it left out, which the samplers then never draw.
+    its rows' scores and 0 to every candidate it left out, which the samplers then never draw; `ptr`, the
+    graph's CSR offsets by destination, is then used (derived from `edge_index` when not given).
     """
     paths = sorted(Path(scores_dir).glob("layer_*.parquet"), key=lambda p: int(p.stem.split("_")[1]))
     if not paths:
@@ -136,7 +140,7 @@ def read_attention_scores(scores_dir: Path, edge_index: Tensor) -> Tensor:
     num_edges = edge_index.shape[1]
     src_expected, dst_expected = edge_index.numpy()
     layer_scores = np.empty((len(paths), num_edges), dtype=np.float32)  # [L, E]
-    ptr = None
+    offsets = None if ptr is None else ptr.numpy()
     for layer, path in enumerate(paths):
         # Batch by batch, so reading needs a batch's memory rather than a whole layer's three columns
         # (Arrow's allocator keeps what it once held: whole tables cost the train stage ~100 MB for good).
@@ -144,13 +148,13 @@ def read_attention_scores(scores_dir: Path, edge_index: Tensor) -> Tensor:
         subset = reader.metadata.num_rows < num_edges
         if subset:
             layer_scores[layer] = 0.0
-            ptr = destination_offsets(edge_index[1]).numpy() if ptr is None else ptr
+            offsets = destination_offsets(edge_index[1]).numpy() if offsets is None else offsets
         row = 0
         for batch in reader.iter_batches(batch_size=READ_BATCH_ROWS, columns=["src", "dst", "score"], use_threads=False):
             end = row + batch.num_rows
             src, dst, scores = (_values(path, name, batch.column(name)) for name in ("src", "dst", "score"))
             if subset:
-                layer_scores[layer, _positions(path, src, dst, src_expected, dst_expected, ptr)] = scores
+                layer_scores[layer, _positions(path, src, dst, src_expected, dst_expected, offsets)] = scores
             elif end > num_edges or not (
                 np.array_equal(src, src_expected[row:end]) and np.array_equal(dst, dst_expected[row:end])
             ):

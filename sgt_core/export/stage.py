@@ -25,7 +25,7 @@ def run_export(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, f
                                  lambda path: torch.load(path, weights_only=True))
     scores_dir = out_dir / SCORES_DIR
     keep = cfg["export"]["max_candidates_per_node"]
-    write_attention_scores(layer_scores, graph.edge_index, graph.edge_type, EDGE_TYPES, scores_dir, keep)
+    write_attention_scores(layer_scores, graph.edge_index, graph.edge_type, EDGE_TYPES, scores_dir, keep, graph.ptr)
     summary = summarise_scores(scores_dir)
     worst = max(row[4] for row in summary["per_layer"])
     if worst > NORMALISATION_TOLERANCE:

@@ -118,7 +118,7 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
     device = resolve_device(options["device"])
     graph = read_upstream(inputs["preprocess"], "preprocess", INTERACTION_GRAPH_FILE, InteractionGraph.load)
     layer_scores = read_upstream(inputs["export"], "export", SCORES_DIR,  # [L, E]
-                                 lambda path: read_attention_scores(path, graph.edge_index))
+                                 lambda path: read_attention_scores(path, graph.edge_index, graph.ptr))
     if layer_scores.shape[0] != model_cfg["num_layers"]:
         raise ConfigError(f"the scores have {layer_scores.shape[0]} layers but model.num_layers is {model_cfg['num_layers']}")
     log.info("training the wide network on %s", device)
