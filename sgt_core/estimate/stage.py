@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -27,11 +28,20 @@ ESTIMATOR_FILE = "estimator.pt"
 HISTORY_FILE = "history.json"
 
 
+def save_atomically(tensor: torch.Tensor, path: Path) -> None:
+    """torch.save through a temporary file, so `path` always holds one whole tensor."""
+    partial = path.with_name(path.name + ".partial")
+    torch.save(tensor, partial)
+    os.replace(partial, path)
+
+
 def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, float]:
     """Trains the estimator on CPU and saves the best epoch's scores ([L, E] float32) and weights."""
     options = cfg["estimator"]
     seed_everything(cfg["seed"])
-    graph = read_upstream(inputs["preprocess"], "preprocess", INTERACTION_GRAPH_FILE, InteractionGraph.load)
+    # Edges as stored (int32 indices, int8 types): the stage's memory is per edge, and this is most of it.
+    graph = read_upstream(inputs["preprocess"], "preprocess", INTERACTION_GRAPH_FILE,
+                          lambda path: InteractionGraph.load(path, compact=True))
     metric = metric_name(graph.num_classes)
     undefined = splits_without_metric(graph.y, {"val": graph.val_mask, "test": graph.test_mask},
                                       graph.num_classes, "estimate")
@@ -51,8 +61,11 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
     edge_spd = graph.edge_spd if graph.num_spd_buckets else None
     extras = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"))
 
+    # Degrees, edge codes and the compiled kernels' grouping by source: once, not per layer and epoch.
+    edges = model.prepare(graph.edge_index, graph.edge_type, edge_spd, graph.num_nodes)
+
     def forward(tau: float) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        return model(graph.x, graph.node_kind, graph.edge_index, graph.edge_type, tau, edge_spd, extras)
+        return model(graph.x, graph.node_kind, graph.edge_index, graph.edge_type, tau, edge_spd, extras, edges)
 
     optimizer = AdamW(model.parameters(), lr=options["lr"], weight_decay=options["weight_decay"])
     scheduler = CosineWithWarmup(optimizer, options["warmup_epochs"], options["epochs"])
@@ -86,9 +99,11 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
                 f"val_{metric}": row.get(f"val_{metric}", UNDEFINED),
                 f"test_{metric}": UNDEFINED if "test" in undefined else evaluate(
                     logits[graph.test_mask], graph.y[graph.test_mask], graph.num_classes),
-                "scores": torch.stack([s.detach() for s in layer_scores]).float(),  # [L, E]
                 "state": {k: v.detach().clone() for k, v in model.state_dict().items()},
             }
+            # On disk at once rather than a second [L, E] copy in memory until the end: that copy would be
+            # 4 bytes per edge and layer for the whole run, the file costs a write per better epoch.
+            save_atomically(torch.stack([s.detach().float() for s in layer_scores]), out_dir / SCORES_FILE)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -96,7 +111,6 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
         history.append({**row, "temperature": tau})
         epochs.set_metrics(**{k: v for k, v in history[-1].items() if k != "epoch"})
 
-    torch.save(best["scores"], out_dir / SCORES_FILE)
     torch.save({"state_dict": best["state"], "config": options, "epoch": best["epoch"]}, out_dir / ESTIMATOR_FILE)
     (out_dir / HISTORY_FILE).write_text(json.dumps(history))
     return {

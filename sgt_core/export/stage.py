@@ -20,7 +20,9 @@ NORMALISATION_TOLERANCE = 1e-4
 
 def run_export(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, float]:
     """Writes the scores to Parquet and checks, through DuckDB, that each destination's scores sum to 1."""
-    graph = read_upstream(inputs["preprocess"], "preprocess", INTERACTION_GRAPH_FILE, InteractionGraph.load)
+    # Edges as stored (int32, int8): the writer widens one row group at a time.
+    graph = read_upstream(inputs["preprocess"], "preprocess", INTERACTION_GRAPH_FILE,
+                          lambda path: InteractionGraph.load(path, compact=True))
     layer_scores = read_upstream(inputs["estimate"], "estimate", SCORES_FILE,  # [L, E]
                                  lambda path: torch.load(path, weights_only=True))
     scores_dir = out_dir / SCORES_DIR

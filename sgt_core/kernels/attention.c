@@ -12,8 +12,9 @@
  * then over the blocks in order.
  *
  * The Python side (sgt_core/kernels/library.py) compiles this file, and
- * sgt_core/models/fused_{edge,slot}_attention.py call it through ctypes with contiguous float32 / int64
- * tensors; their torch implementations are the reference these kernels are tested against.
+ * sgt_core/models/fused_{edge,slot}_attention.py call it through ctypes with contiguous tensors of the
+ * dtypes each signature names, after checking dtypes and index bounds; their torch implementations are
+ * the reference these kernels are tested against.
  */
 #include <math.h>
 #include <stdint.h>
@@ -24,15 +25,17 @@
 #define ROWS_PER_BLOCK 256
 
 /* Counting sort: groups `count` items by key in [0, n). Items with key k are order[ptr[k] .. ptr[k+1]),
- * in ascending item order. ptr has n + 1 entries. */
-void sgt_group_by(const int64_t *key, int64_t count, int64_t n, int64_t *ptr, int64_t *order) {
+ * in ascending item order. ptr has n + 1 entries. Returns 0, or 1 when out of memory. */
+int sgt_group_by(const int64_t *key, int64_t count, int64_t n, int64_t *ptr, int64_t *order) {
+    int64_t *next = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
+    if (!next) return 1;
     memset(ptr, 0, (size_t)(n + 1) * sizeof(int64_t));
     for (int64_t item = 0; item < count; item++) ptr[key[item] + 1]++;
     for (int64_t k = 0; k < n; k++) ptr[k + 1] += ptr[k];
-    int64_t *next = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
     memcpy(next, ptr, (size_t)n * sizeof(int64_t));
     for (int64_t item = 0; item < count; item++) order[next[key[item]]++] = item;
     free(next);
+    return 0;
 }
 
 /* Sums `blocks` partial tables of `size` floats into `total`, block by block in order. */
@@ -49,14 +52,45 @@ static void sum_blocks(const float *partial, int64_t blocks, int64_t size, float
  * Edge softmax attention (the estimator). For an edge e = j -> i with code c:
  *   z_e = clip(((E_c * K_j) . Q_i / sqrt(d) + B_c) / tau, +-clip),  a_e = softmax over i's edges,
  *   out_i = sum_e a_e V_j.
- * Edges are sorted by destination: node i's edges are ptr[i] .. ptr[i+1).
+ * Edges are sorted by destination: node i's edges are ptr[i] .. ptr[i+1). Indices are int32 and codes
+ * uint8 (the caller checks the bounds): at Amazon2M's 200 M attention edges every byte per edge is 200 MB.
+ * Keys and values come interleaved, one [K_j | V_j] row per node (64 bytes at d = 8, one cache line), so
+ * each edge costs one random memory access in the forward pass instead of two.
  * ------------------------------------------------------------------------------------------------- */
+
+/* The edges grouped by source, once per graph: the k-th edge leaving source j (k in src_ptr[j] ..
+ * src_ptr[j+1), edges in ascending order) has destination by_src_dst[k] and code by_src_code[k], and
+ * edge e is entry position[e]. The backward pass writes each edge's gradient terms at its position, so
+ * the sweep over sources reads them in order instead of gathering them from random edges.
+ * Returns 0, or 1 when out of memory. */
+int sgt_edges_by_source(
+    int64_t num_nodes, const int64_t *ptr, const int32_t *src, const uint8_t *code,
+    int64_t *src_ptr, int32_t *position, int32_t *by_src_dst, uint8_t *by_src_code)
+{
+    const int64_t num_edges = ptr[num_nodes];
+    int64_t *next = malloc((size_t)(num_nodes > 0 ? num_nodes : 1) * sizeof(int64_t));
+    if (!next) return 1;
+    memset(src_ptr, 0, (size_t)(num_nodes + 1) * sizeof(int64_t));
+    for (int64_t e = 0; e < num_edges; e++) src_ptr[src[e] + 1]++;
+    for (int64_t j = 0; j < num_nodes; j++) src_ptr[j + 1] += src_ptr[j];
+    memcpy(next, src_ptr, (size_t)num_nodes * sizeof(int64_t));
+    for (int64_t i = 0; i < num_nodes; i++) {
+        for (int64_t e = ptr[i]; e < ptr[i + 1]; e++) {
+            const int64_t k = next[src[e]]++;
+            position[e] = (int32_t)k;
+            by_src_dst[k] = (int32_t)i;
+            by_src_code[k] = code[e];
+        }
+    }
+    free(next);
+    return 0;
+}
 
 void sgt_edge_attention_forward(
     int64_t num_nodes, int64_t d,
-    const float *query, const float *key, const float *value,     /* [N, d] each */
+    const float *query, const float *key_value,                   /* [N, d], [N, 2d] */
     const float *edge_scale, const float *edge_bias,              /* [C, d], [C] */
-    const int64_t *ptr, const int64_t *src, const int64_t *code,  /* [N + 1], [E], [E] */
+    const int64_t *ptr, const int32_t *src, const uint8_t *code,  /* [N + 1], [E], [E] */
     float temperature, float clip,
     float *out, float *scores, uint8_t *inside)                   /* [N, d], [E], [E] */
 {
@@ -67,7 +101,7 @@ void sgt_edge_attention_forward(
         float *o = out + i * d;
         float total = 0.0f;
         for (int64_t e = ptr[i]; e < ptr[i + 1]; e++) {
-            const float *k = key + src[e] * d, *es = edge_scale + code[e] * d;
+            const float *k = key_value + (int64_t)src[e] * 2 * d, *es = edge_scale + code[e] * d;
             float raw = 0.0f;
             #pragma omp simd reduction(+:raw)
             for (int64_t t = 0; t < d; t++) raw += q[t] * k[t] * es[t];
@@ -82,7 +116,7 @@ void sgt_edge_attention_forward(
         const float inv_total = total > 0.0f ? 1.0f / total : 0.0f;
         for (int64_t e = ptr[i]; e < ptr[i + 1]; e++) {
             const float a = scores[e] * inv_total;
-            const float *v = value + src[e] * d;
+            const float *v = key_value + (int64_t)src[e] * 2 * d + d;  /* the line the key came from */
             scores[e] = a;
             #pragma omp simd
             for (int64_t t = 0; t < d; t++) o[t] += a * v[t];
@@ -90,24 +124,29 @@ void sgt_edge_attention_forward(
     }
 }
 
-/* grad_scores may be NULL (the scores output took no gradient). by_src_ptr / by_src_order group the edges
- * by source (sgt_group_by over src). edge_grad is scratch of E floats. */
-void sgt_edge_attention_backward(
+/* grad_scores may be NULL (the scores output took no gradient). query_grad rows are [Q_i | dL/d out_i];
+ * the by_src_* arrays and position come from sgt_edges_by_source. edge_terms is scratch of 2 E floats,
+ * (d loss / d raw logit, score) per edge in source order. Returns 0, or 1 when out of memory. */
+int sgt_edge_attention_backward(
     int64_t num_nodes, int64_t d, int64_t num_codes,
-    const float *query, const float *key, const float *value,
-    const float *edge_scale,
-    const int64_t *ptr, const int64_t *src, const int64_t *dst, const int64_t *code,
-    const int64_t *by_src_ptr, const int64_t *by_src_order,
-    const float *scores, const uint8_t *inside, float temperature,
-    const float *grad_out, const float *grad_scores,
-    float *grad_query, float *grad_key, float *grad_value,
-    float *grad_edge_scale, float *grad_edge_bias,
-    float *edge_grad)
+    const float *query_grad, const float *key_value, const float *edge_scale,  /* [N, 2d], [N, 2d], [C, d] */
+    const int64_t *ptr, const int32_t *src, const uint8_t *code, const int32_t *position,
+    const int64_t *src_ptr, const int32_t *by_src_dst, const uint8_t *by_src_code,
+    const float *scores, const uint8_t *inside, float temperature, const float *grad_scores,
+    float *grad_query, float *grad_key_value,                                  /* [N, d], [N, 2d] */
+    float *grad_edge_scale, float *grad_edge_bias,                             /* [C, d], [C] */
+    float *edge_terms)
 {
     const float scale = 1.0f / sqrtf((float)d);
     const int64_t blocks = (num_nodes + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
     const int64_t table = num_codes * (d + 1);  /* E rows, then B */
     float *partial = calloc((size_t)(blocks > 0 ? blocks : 1) * (size_t)table, sizeof(float));
+    float *totals = malloc((size_t)table * sizeof(float));
+    if (!partial || !totals) {
+        free(partial);
+        free(totals);
+        return 1;
+    }
 
     /* Sweep 1, over destinations: d loss / d logit per edge, then queries and edge-type terms. */
     #pragma omp parallel for schedule(dynamic, 1)
@@ -115,25 +154,28 @@ void sgt_edge_attention_backward(
         float *part_scale = partial + b * table, *part_bias = part_scale + num_codes * d;
         const int64_t end = (b + 1) * ROWS_PER_BLOCK < num_nodes ? (b + 1) * ROWS_PER_BLOCK : num_nodes;
         for (int64_t i = b * ROWS_PER_BLOCK; i < end; i++) {
-            const float *q = query + i * d, *go = grad_out + i * d;
+            const float *q = query_grad + i * 2 * d, *go = q + d;
             float *gq = grad_query + i * d;
-            /* softmax backward: expected = sum_e a_e g_e, with g_e = d loss / d a_e */
+            /* softmax backward: expected = sum_e a_e g_e, with g_e = d loss / d a_e; g_e waits in the
+             * first slot of the edge's source-ordered pair */
             float expected = 0.0f;
             for (int64_t e = ptr[i]; e < ptr[i + 1]; e++) {
-                const float *v = value + src[e] * d;
+                const float *v = key_value + (int64_t)src[e] * 2 * d + d;
                 float g = grad_scores ? grad_scores[e] : 0.0f;
                 #pragma omp simd reduction(+:g)
                 for (int64_t t = 0; t < d; t++) g += go[t] * v[t];
-                edge_grad[e] = g;
+                edge_terms[2 * (int64_t)position[e]] = g;
                 expected += scores[e] * g;
             }
             for (int64_t t = 0; t < d; t++) gq[t] = 0.0f;
             for (int64_t e = ptr[i]; e < ptr[i + 1]; e++) {
+                float *terms = edge_terms + 2 * (int64_t)position[e];
                 /* gradient of the bias term B_c; the clip passes none outside (-clip, clip) */
-                const float g_bias = inside[e] ? scores[e] * (edge_grad[e] - expected) / temperature : 0.0f;
+                const float g_bias = inside[e] ? scores[e] * (terms[0] - expected) / temperature : 0.0f;
                 const float g_raw = g_bias * scale;
-                edge_grad[e] = g_raw;
-                const float *k = key + src[e] * d, *es = edge_scale + code[e] * d;
+                terms[0] = g_raw;
+                terms[1] = scores[e];
+                const float *k = key_value + (int64_t)src[e] * 2 * d, *es = edge_scale + code[e] * d;
                 float *ps = part_scale + code[e] * d;
                 #pragma omp simd
                 for (int64_t t = 0; t < d; t++) {
@@ -144,22 +186,22 @@ void sgt_edge_attention_backward(
             }
         }
     }
-    float *totals = malloc((size_t)table * sizeof(float));
     sum_blocks(partial, blocks, table, totals);
     memcpy(grad_edge_scale, totals, (size_t)(num_codes * d) * sizeof(float));
     memcpy(grad_edge_bias, totals + num_codes * d, (size_t)num_codes * sizeof(float));
     free(totals);
     free(partial);
 
-    /* Sweep 2, over sources: keys and values gather from the edges leaving them. */
+    /* Sweep 2, over sources: keys and values gather from the edges leaving them, whose terms are in
+     * order; the one random access per edge is the destination's [Q_i | dL/d out_i] row. */
     #pragma omp parallel for schedule(dynamic, 64)
     for (int64_t j = 0; j < num_nodes; j++) {
-        float *gk = grad_key + j * d, *gv = grad_value + j * d;
-        for (int64_t t = 0; t < d; t++) gk[t] = gv[t] = 0.0f;
-        for (int64_t idx = by_src_ptr[j]; idx < by_src_ptr[j + 1]; idx++) {
-            const int64_t e = by_src_order[idx], i = dst[e];
-            const float g_raw = edge_grad[e], a = scores[e];
-            const float *q = query + i * d, *go = grad_out + i * d, *es = edge_scale + code[e] * d;
+        float *gk = grad_key_value + j * 2 * d, *gv = gk + d;
+        for (int64_t t = 0; t < 2 * d; t++) gk[t] = 0.0f;
+        for (int64_t k = src_ptr[j]; k < src_ptr[j + 1]; k++) {
+            const float g_raw = edge_terms[2 * k], a = edge_terms[2 * k + 1];
+            const float *q = query_grad + (int64_t)by_src_dst[k] * 2 * d, *go = q + d;
+            const float *es = edge_scale + by_src_code[k] * d;
             #pragma omp simd
             for (int64_t t = 0; t < d; t++) {
                 gk[t] += g_raw * q[t] * es[t];
@@ -167,6 +209,7 @@ void sgt_edge_attention_backward(
             }
         }
     }
+    return 0;
 }
 
 /* ---------------------------------------------------------------------------------------------------
@@ -229,8 +272,8 @@ void sgt_slot_attention_forward(
 }
 
 /* by_key_ptr / by_key_order group the Q * deg slots by key row (sgt_group_by over neighbours, n = K).
- * slot_grad is scratch of Q * deg * H floats. */
-void sgt_slot_attention_backward(
+ * slot_grad is scratch of Q * deg * H floats. Returns 0, or 1 when out of memory. */
+int sgt_slot_attention_backward(
     int64_t num_queries, int64_t num_keys, int64_t deg, int64_t hidden, int64_t heads, int64_t num_codes,
     const float *query, const float *key_value, const float *edge_scale,
     const int64_t *neighbours, const int64_t *code,
@@ -244,6 +287,12 @@ void sgt_slot_attention_backward(
     const int64_t blocks = (num_queries + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
     const int64_t table = num_codes * (hidden + heads);  /* E rows, then B rows */
     float *partial = calloc((size_t)(blocks > 0 ? blocks : 1) * (size_t)table, sizeof(float));
+    float *totals = malloc((size_t)table * sizeof(float));
+    if (!partial || !totals) {
+        free(partial);
+        free(totals);
+        return 1;
+    }
 
     /* Sweep 1, over query rows: d loss / d logit per slot and head, then queries and edge-type terms. */
     #pragma omp parallel for schedule(dynamic, 1)
@@ -287,7 +336,6 @@ void sgt_slot_attention_backward(
             }
         }
     }
-    float *totals = malloc((size_t)table * sizeof(float));
     sum_blocks(partial, blocks, table, totals);
     memcpy(grad_edge_scale, totals, (size_t)(num_codes * hidden) * sizeof(float));
     memcpy(grad_edge_bias, totals + num_codes * hidden, (size_t)(num_codes * heads) * sizeof(float));
@@ -314,6 +362,7 @@ void sgt_slot_attention_backward(
             }
         }
     }
+    return 0;
 }
 
 /* ---------------------------------------------------------------------------------------------------

@@ -26,17 +26,22 @@ FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c11"]
 SWITCH = "SGT_CPU_KERNELS"
 
 _i64, _u64, _f32, _f64, _ptr = ctypes.c_int64, ctypes.c_uint64, ctypes.c_float, ctypes.c_double, ctypes.c_void_p
+_int = ctypes.c_int
+# name: (argument types, result type). An int result is 0 on success and 1 when the kernel's scratch
+# allocation failed, which `checked` turns into a MemoryError.
 SIGNATURES = {
-    "sgt_group_by": [_ptr, _i64, _i64, _ptr, _ptr],
-    "sgt_edge_attention_forward": [_i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _f32, _f32,
-                                   _ptr, _ptr, _ptr],
-    "sgt_edge_attention_backward": [_i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr,
-                                    _ptr, _ptr, _ptr, _f32, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr],
-    "sgt_slot_attention_forward": [_i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr],
-    "sgt_slot_attention_backward": [_i64, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr,
-                                    _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr],
-    "sgt_sample_neighbours": [_i64, _ptr, _ptr, _ptr, _i64, _i64, _u64, _ptr],
-    "sgt_dropout_mask": [_i64, _f64, _u64, _ptr],
+    "sgt_group_by": ([_ptr, _i64, _i64, _ptr, _ptr], _int),
+    "sgt_edges_by_source": ([_i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr], _int),
+    "sgt_edge_attention_forward": ([_i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _f32, _f32,
+                                    _ptr, _ptr, _ptr], None),
+    "sgt_edge_attention_backward": ([_i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr,
+                                     _ptr, _ptr, _ptr, _f32, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr], _int),
+    "sgt_slot_attention_forward": ([_i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr,
+                                    _ptr], None),
+    "sgt_slot_attention_backward": ([_i64, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr,
+                                     _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr], _int),
+    "sgt_sample_neighbours": ([_i64, _ptr, _ptr, _ptr, _i64, _i64, _u64, _ptr], None),
+    "sgt_dropout_mask": ([_i64, _f64, _u64, _ptr], None),
 }
 
 
@@ -99,10 +104,16 @@ def cpu_kernels() -> ctypes.CDLL | None:
     except (OSError, RuntimeError, subprocess.CalledProcessError) as error:
         log.warning("the CPU attention kernels could not be built (%s): using the torch kernels", error)
         return None
-    for name, argtypes in SIGNATURES.items():
+    for name, (argtypes, restype) in SIGNATURES.items():
         function = getattr(library, name)
-        function.argtypes, function.restype = argtypes, None
+        function.argtypes, function.restype = argtypes, restype
     return library
+
+
+def checked(status: int, kernel: str) -> None:
+    """Raises MemoryError when a kernel reports that its scratch allocation failed."""
+    if status:
+        raise MemoryError(f"{kernel}: out of memory for the kernel's scratch buffers")
 
 
 def usable(*tensors: torch.Tensor) -> bool:
@@ -132,5 +143,6 @@ def group_by(key: torch.Tensor, num_groups: int) -> tuple[torch.Tensor, torch.Te
         raise ValueError(f"group keys must lie in [0, {num_groups})")
     ptr = torch.empty(num_groups + 1, dtype=torch.int64)
     order = torch.empty(key.numel(), dtype=torch.int64)
-    cpu_kernels().sgt_group_by(address(key), key.numel(), num_groups, address(ptr), address(order))
+    checked(cpu_kernels().sgt_group_by(address(key), key.numel(), num_groups, address(ptr), address(order)),
+            "sgt_group_by")
     return ptr, order

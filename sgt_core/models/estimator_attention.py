@@ -3,15 +3,42 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from sgt_core.models.fused_edge_attention import fused_edge_attention
+from sgt_core.kernels import usable
+from sgt_core.models.fused_edge_attention import CompactEdges, compact_edges, fused_edge_attention
 
 # exp(30) times a million edges stays far inside float32's range, which the max-free softmax relies on.
 MAX_LOGIT_CLIP = 30.0
+
+
+@dataclass(frozen=True)
+class AttentionEdges:
+    """An interaction graph's edges in the forms the attention reads, derived once per graph.
+
+    Every layer and every epoch attends over the same edges, so the degrees, CSR offsets, per-edge codes
+    and (for the compiled CPU kernels) the compact sources and the grouping by source are computed once
+    (`EstimatorAttention.prepare`) instead of once per layer and epoch.
+
+    Attributes:
+        edge_index [2, E] sorted by dst, edge_type [E], edge_spd [E] or None: as the graph holds them.
+        in_degree int64 [N], ptr int64 [N + 1]: the CSR segments over destinations.
+        code [E]: each edge's row in the fused kernels' E and B tables (`type_and_distance_code`).
+        compact: the int32 / uint8 edges and their grouping by source that the compiled CPU kernels
+            read; None on the torch paths.
+    """
+
+    edge_index: Tensor
+    edge_type: Tensor
+    edge_spd: Tensor | None
+    in_degree: Tensor
+    ptr: Tensor
+    code: Tensor
+    compact: CompactEdges | None
 
 
 class EstimatorAttention(nn.Module):
@@ -82,6 +109,22 @@ class EstimatorAttention(nn.Module):
             nn.init.zeros_(self.spd_bias)
         nn.init.constant_(self.value_scale, math.sqrt(self.width))
 
+    def prepare(self, edge_index: Tensor, edge_type: Tensor, edge_spd: Tensor | None, num_nodes: int,
+                on_compiled_kernels: bool) -> AttentionEdges:
+        """The `AttentionEdges` of a graph for this layer and every layer configured like it.
+
+        `on_compiled_kernels`: whether the inputs suit the compiled CPU kernels (`usable`), which then
+        get the compact edges; only the memory-efficient path uses them.
+        """
+        in_degree = torch.bincount(edge_index[1], minlength=num_nodes)  # [N]
+        ptr = torch.zeros(num_nodes + 1, dtype=torch.int64, device=edge_index.device)
+        torch.cumsum(in_degree, 0, out=ptr[1:])
+        code = type_and_distance_code(edge_type, edge_spd, self.spd_scale)
+        num_codes = self.edge_scale.num_embeddings * (self.spd_scale.shape[0] + 1 if code is not edge_type else 1)
+        compiled = self.memory_efficient and on_compiled_kernels
+        compact = compact_edges(edge_index, code, ptr, num_codes) if compiled else None
+        return AttentionEdges(edge_index, edge_type, edge_spd, in_degree, ptr, code, compact)
+
     def forward(
         self,
         x: Tensor,
@@ -89,17 +132,14 @@ class EstimatorAttention(nn.Module):
         edge_type: Tensor,
         temperature: float = 1.0,
         edge_spd: Tensor | None = None,
-        in_degree: Tensor | None = None,
-        by_source: tuple[Tensor, Tensor] | None = None,
+        edges: AttentionEdges | None = None,
     ) -> tuple[Tensor, Tensor]:
-        src, dst = edge_index
         num_nodes, width = x.shape
-        # Edges come sorted by destination (InteractionGraph's CSR order), so per-destination sums are
-        # segment reductions: no atomics, and about 9x faster than index_add_ forward and backward.
-        if in_degree is None:  # callers with several layers over one graph pass it in once
-            in_degree = torch.bincount(dst, minlength=num_nodes)  # [N]
+        if edges is None:  # callers with several layers over one graph prepare it once
+            edges = self.prepare(edge_index, edge_type, edge_spd, num_nodes, usable(x))
         if self.memory_efficient:
-            return self._forward_fused(x, edge_index, edge_type, edge_spd, in_degree, temperature, by_source)
+            return self._forward_fused(x, edges, temperature)
+        src, dst = edge_index.long()  # the reference path: plain autograd on small graphs
         query = self.query(x).index_select(0, dst)  # [E, d]
         value = self.value_scale * F.normalize(self.value(x), dim=-1)  # [N, d]
         # One gather for keys and values together: the random-order gather is the costly one.
@@ -111,55 +151,59 @@ class EstimatorAttention(nn.Module):
         scale, bias = one_hot_code_tables(self.edge_scale.weight, self.edge_bias.weight, self.spd_scale,
                                           self.spd_bias)  # [C, d], [C, 1]
         per_code = (query * key) @ scale.t() / math.sqrt(width) + bias.t()  # [E, C]
-        codes = edge_codes(edge_type, edge_spd, self.edge_scale.num_embeddings, self.spd_scale)  # [E, C]
+        codes = edge_codes(edge_type.long(), None if edge_spd is None else edge_spd.long(),
+                           self.edge_scale.num_embeddings, self.spd_scale)  # [E, C]
         codes = codes.to(per_code.dtype)
         logits = (per_code * codes).sum(-1)  # [E]
         logits = (logits / temperature).clamp(-self.logit_clip, self.logit_clip)
         # Softmax over each destination's incoming edges. The clip bounds |logit| by c, so exp cannot
         # overflow and the usual per-segment max subtraction (a scatter-max pass) is unnecessary.
         weights = logits.exp()  # [E]
-        totals = torch.segment_reduce(weights, "sum", lengths=in_degree)  # [N]
+        totals = torch.segment_reduce(weights, "sum", lengths=edges.in_degree)  # [N]
         scores = weights / totals.index_select(0, dst)  # [E], sums to 1 per destination
-        out = torch.segment_reduce(scores.unsqueeze(-1) * value, "sum", lengths=in_degree)  # [N, d]
+        out = torch.segment_reduce(scores.unsqueeze(-1) * value, "sum", lengths=edges.in_degree)  # [N, d]
         return self.out(out), scores
 
-    def _forward_fused(self, x, edge_index, edge_type, edge_spd, in_degree, temperature, by_source) -> tuple[Tensor, Tensor]:
+    def _forward_fused(self, x: Tensor, edges: AttentionEdges, temperature: float) -> tuple[Tensor, Tensor]:
         """The same attention through the fused kernel: one code per edge, type * buckets + bucket."""
         value = self.value_scale * F.normalize(self.value(x), dim=-1)  # [N, d]
-        code, scale, bias = type_and_distance_codes(
-            edge_type, edge_spd, self.edge_scale.weight, self.edge_bias.weight, self.spd_scale, self.spd_bias
-        )  # [E], [C, d], [C, 1]
+        with_spd = edges.code is not edges.edge_type  # `prepare` coded the SPD buckets in
+        scale, bias = code_tables(self.edge_scale.weight, self.edge_bias.weight,
+                                  self.spd_scale if with_spd else None, self.spd_bias)  # [C, d], [C, 1]
         out, scores = fused_edge_attention(
-            self.query(x), self.key(x), value, scale, bias.squeeze(1), edge_index, code, in_degree,
-            temperature, self.logit_clip, by_source,
+            self.query(x), self.key(x), value, scale, bias.squeeze(1), edges.edge_index, edges.code,
+            edges.in_degree, temperature, self.logit_clip, edges.compact,
         )
         return self.out(out), scores
 
 
-def type_and_distance_codes(
-    edge_type: Tensor,
-    edge_spd: Tensor | None,
-    scale: Tensor,
-    bias: Tensor,
-    spd_scale: Tensor | None,
-    spd_bias: Tensor | None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """One code per edge (or slot) and the E and B rows it indexes, for the fused kernels.
+def type_and_distance_code(edge_type: Tensor, edge_spd: Tensor | None, spd_table: Tensor | None) -> Tensor:
+    """Each edge's (or slot's) row in `code_tables`: its type, or type * buckets + SPD bucket.
 
-    Without SPD terms the code is the edge type. With them it is the (type, SPD bucket) pair,
-    type * buckets + bucket, whose rows are E_t + E^spd_b and B_t + B^spd_b; bucket 0 adds nothing.
+    The type itself (no copy) when the model has no SPD terms or the graph no SPD buckets; otherwise
+    computed in int16 at least, since graphs may hold types as int8.
+    """
+    if spd_table is None or edge_spd is None:
+        return edge_type
+    return edge_type.to(torch.int16) * (spd_table.shape[0] + 1) + edge_spd
+
+
+def code_tables(
+    scale: Tensor, bias: Tensor, spd_scale: Tensor | None, spd_bias: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    """The E and B rows of the fused kernels' codes (`prepare_edges`), one row per code.
+
+    Without SPD terms (spd_scale None) the code is the edge type. With them it is the (type, SPD bucket)
+    pair, type * buckets + bucket, whose rows are E_t + E^spd_b and B_t + B^spd_b; bucket 0 adds nothing.
 
     Shapes:
-        edge_type, edge_spd [*]; scale [T, d], bias [T, h]; spd_scale [B - 1, d], spd_bias [B - 1, h]
-        -> code [*], scale [C, d], bias [C, h].
+        scale [T, d], bias [T, h]; spd_scale [B - 1, d], spd_bias [B - 1, h] -> [C, d], [C, h].
     """
-    if spd_scale is None or edge_spd is None:
-        return edge_type, scale, bias
+    if spd_scale is None:
+        return scale, bias
     spd_scale = torch.cat([spd_scale.new_zeros(1, spd_scale.shape[1]), spd_scale])  # [B, d]
     spd_bias = torch.cat([spd_bias.new_zeros(1, spd_bias.shape[1]), spd_bias])  # [B, h]
-    buckets = spd_scale.shape[0]
-    return (edge_type * buckets + edge_spd,
-            (scale[:, None] + spd_scale[None]).flatten(0, 1),  # [T * B, d]
+    return ((scale[:, None] + spd_scale[None]).flatten(0, 1),  # [T * B, d]
             (bias[:, None] + spd_bias[None]).flatten(0, 1))  # [T * B, h]
 
 

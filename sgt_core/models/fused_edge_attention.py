@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from sgt_core.kernels import address, cpu_kernels, group_by, usable
+from sgt_core.kernels import address, checked, cpu_kernels, usable
 
 # Edges per chunk. Every per-edge intermediate lives for one chunk only, so the transient memory is a
 # few [CHUNK_EDGES, d] tensors (~2 MB each at d = 8) whatever the graph's size, and a chunk's working
@@ -55,7 +56,7 @@ class _FusedEdgeAttention(torch.autograd.Function):
         inside = torch.empty(src.numel(), dtype=torch.bool, device=src.device)  # where the clip passes gradient
         chunks = destination_chunks(in_degree)
         for first_node, end_node, first, end in chunks:
-            src_c, dst_c, code_c = src[first:end], dst[first:end] - first_node, code[first:end]
+            src_c, dst_c, code_c = src[first:end], dst[first:end] - first_node, code[first:end].long()
             lengths = in_degree[first_node:end_node]
             key_e, value_e = key_value.index_select(0, src_c).split(width, dim=1)  # [e, d] x2
             query_e = query[first_node:end_node].index_select(0, dst_c)  # [e, d]
@@ -84,7 +85,7 @@ class _FusedEdgeAttention(torch.autograd.Function):
         grad_edge_scale = torch.zeros_like(edge_scale)
         grad_edge_bias = query.new_zeros(num_codes)
         for first_node, end_node, first, end in ctx.chunks:
-            src_c, dst_c, code_c = src[first:end], dst[first:end] - first_node, code[first:end]
+            src_c, dst_c, code_c = src[first:end], dst[first:end] - first_node, code[first:end].long()
             lengths, scores_c = in_degree[first_node:end_node], scores[first:end]
             grad_out_e = grad_out[first_node:end_node].index_select(0, dst_c)  # [e, d]
             key_e, value_e = key_value.index_select(0, src_c).split(width, dim=1)  # [e, d] x2
@@ -113,57 +114,120 @@ class _FusedEdgeAttention(torch.autograd.Function):
         return grad_query, grad_key, grad_value, grad_edge_scale, grad_edge_bias, *([None] * 6)
 
 
+# The compiled kernels index with int32 and read codes as uint8: 4 + 1 bytes per edge where int64 would
+# take 16, which is gigabytes at Amazon2M's 200 M attention edges.
+INDEX_DTYPE, CODE_DTYPE = torch.int32, torch.uint8
+
+
+@dataclass(frozen=True)
+class CompactEdges:
+    """Destination-sorted edges as the compiled kernels read them, with their grouping by source.
+
+    It depends only on the graph and the edge codes, so a caller with several layers or epochs over one
+    graph builds it once (`compact_edges`): 5 bytes per edge for the sources and codes, 9 for the
+    grouping by source, which the backward pass sweeps over.
+
+    Attributes:
+        ptr: int64 [N + 1] destination i's edges are ptr[i]:ptr[i+1].
+        src: int32 [E] sources; code: uint8 [E] codes (rows of the E and B tables).
+        source_ptr: int64 [N + 1] source j's edges are entries source_ptr[j]:source_ptr[j+1] of:
+        source_dst: int32 [E] their destinations, and source_code: uint8 [E] their codes.
+        source_position: int32 [E] where each destination-sorted edge sits in that order.
+    """
+
+    ptr: Tensor
+    src: Tensor
+    code: Tensor
+    source_ptr: Tensor
+    source_dst: Tensor
+    source_code: Tensor
+    source_position: Tensor
+
+
+def compact_edges(edge_index: Tensor, edge_code: Tensor, ptr: Tensor, num_codes: int) -> CompactEdges:
+    """Checks that every index fits and groups the edges by source, in O(N + E).
+
+    The kernels trust their indices, so an out-of-range one would read or write outside a buffer: the
+    bounds check here is what stands between a bad graph and memory corruption. Sources already int32
+    and codes already uint8 are used without a copy.
+    """
+    num_nodes, src = ptr.numel() - 1, edge_index[0]
+    if max(num_nodes, src.numel()) > torch.iinfo(INDEX_DTYPE).max:
+        raise ValueError(f"the compiled attention kernels index with int32: {num_nodes} nodes and {src.numel()} "
+                         "edges do not fit (SGT_CPU_KERNELS=0 runs the torch kernels)")
+    if num_codes > torch.iinfo(CODE_DTYPE).max + 1:
+        raise ValueError(f"the compiled attention kernels take at most 256 edge codes, got {num_codes}")
+    if int(ptr[0]) != 0 or int(ptr[-1]) != src.numel() or bool((ptr.diff() < 0).any()):
+        raise ValueError(f"the CSR offsets must rise from 0 to the edge count; they cover {int(ptr[0])}.."
+                         f"{int(ptr[-1])} for {src.numel()} edges")
+    for name, values, bound in (("source", src, num_nodes), ("edge code", edge_code, num_codes)):
+        if values.numel() and not (0 <= int(values.min()) and int(values.max()) < bound):
+            raise ValueError(f"{name} indices must lie in [0, {bound})")
+    src, code = src.to(INDEX_DTYPE).contiguous(), edge_code.to(CODE_DTYPE).contiguous()
+    num_edges = src.numel()
+    compact = CompactEdges(
+        ptr=ptr.contiguous(), src=src, code=code,
+        source_ptr=torch.empty(num_nodes + 1, dtype=torch.int64),
+        source_dst=torch.empty(num_edges, dtype=INDEX_DTYPE),
+        source_code=torch.empty(num_edges, dtype=CODE_DTYPE),
+        source_position=torch.empty(num_edges, dtype=INDEX_DTYPE),
+    )
+    checked(cpu_kernels().sgt_edges_by_source(
+        num_nodes, address(compact.ptr), address(src), address(code), address(compact.source_ptr),
+        address(compact.source_position), address(compact.source_dst), address(compact.source_code),
+    ), "sgt_edges_by_source")
+    return compact
+
+
 class _CompiledEdgeAttention(torch.autograd.Function):
     """The same attention through the C kernels (sgt_core/kernels/attention.c), float32 on the CPU.
 
-    One sweep over the destinations per forward pass, two per backward pass (destinations, then sources
-    grouped once per graph), with every per-edge intermediate in registers: about 10x faster than the
-    chunked torch version on Minesweeper's 389k attention edges, and it keeps the same 5 bytes per edge.
+    One sweep over the destinations per forward pass, two per backward pass (destinations, then sources),
+    with every per-edge intermediate in registers: about 10x faster than the chunked torch version on
+    Minesweeper's 389k attention edges. Per edge it keeps the scores and clip mask (5 bytes) per layer,
+    reads int32 sources and uint8 codes, and needs 8 bytes of scratch during a backward pass.
     """
 
     @staticmethod
-    def forward(ctx, query, key, value, edge_scale, edge_bias, src, dst, code, ptr, by_source, temperature, clip):
-        query, key, value, edge_scale, edge_bias = (t.contiguous() for t in (query, key, value, edge_scale, edge_bias))
+    def forward(ctx, query, key, value, edge_scale, edge_bias, edges, temperature, clip):
+        query, edge_scale, edge_bias = (t.contiguous() for t in (query, edge_scale, edge_bias))
+        key_value = torch.cat([key, value], dim=1)  # [N, 2d]: a key and its value on one cache line
         num_nodes, width = query.shape
         out = query.new_empty(num_nodes, width)
-        scores = query.new_empty(src.numel())
-        inside = torch.empty(src.numel(), dtype=torch.bool)
+        scores = query.new_empty(edges.src.numel())
+        inside = torch.empty(edges.src.numel(), dtype=torch.bool)
         cpu_kernels().sgt_edge_attention_forward(
-            num_nodes, width, address(query), address(key), address(value), address(edge_scale),
-            address(edge_bias), address(ptr), address(src), address(code), temperature, clip,
+            num_nodes, width, address(query), address(key_value), address(edge_scale), address(edge_bias),
+            address(edges.ptr), address(edges.src), address(edges.code), temperature, clip,
             address(out), address(scores), address(inside),
         )
-        ctx.save_for_backward(query, key, value, edge_scale, src, dst, code, ptr, *by_source, scores, inside)
-        ctx.temperature = temperature
+        ctx.save_for_backward(query, key_value, edge_scale, scores, inside)
+        ctx.edges, ctx.temperature = edges, temperature
         return out, scores
 
     @staticmethod
     def backward(ctx, grad_out, grad_scores):
-        query, key, value, edge_scale, src, dst, code, ptr, by_src_ptr, by_src_order, scores, inside = ctx.saved_tensors
+        query, key_value, edge_scale, scores, inside = ctx.saved_tensors
+        edges = ctx.edges
         num_nodes, width = query.shape
         num_codes = edge_scale.shape[0]
-        grad_out = grad_out.contiguous()
+        query_grad = torch.cat([query, grad_out], dim=1)  # [N, 2d]: what each edge's destination gives
         grad_scores = grad_scores.contiguous() if grad_scores is not None else None
-        grad_query, grad_key, grad_value = (torch.empty_like(query) for _ in range(3))
+        grad_query = torch.empty_like(query)
+        grad_key_value = torch.empty_like(key_value)
         grad_edge_scale = torch.empty_like(edge_scale)
         grad_edge_bias = edge_scale.new_empty(num_codes)
-        edge_grad = query.new_empty(src.numel())  # scratch: d loss / d logit per edge
-        cpu_kernels().sgt_edge_attention_backward(
-            num_nodes, width, num_codes, address(query), address(key), address(value), address(edge_scale),
-            address(ptr), address(src), address(dst), address(code), address(by_src_ptr), address(by_src_order),
-            address(scores), address(inside), ctx.temperature, address(grad_out), address(grad_scores),
-            address(grad_query), address(grad_key), address(grad_value), address(grad_edge_scale),
-            address(grad_edge_bias), address(edge_grad),
-        )
-        return grad_query, grad_key, grad_value, grad_edge_scale, grad_edge_bias, *([None] * 7)
-
-
-def edges_by_source(edge_index: Tensor, num_nodes: int) -> tuple[Tensor, Tensor]:
-    """The edges grouped by source (ptr [N + 1], edge ids [E]), which the compiled backward pass reads.
-
-    It depends only on the graph: a caller with several layers over one graph computes it once.
-    """
-    return group_by(edge_index[0], num_nodes)
+        edge_terms = query.new_empty(2 * scores.numel())  # scratch: (d loss / d raw logit, score) per edge
+        checked(cpu_kernels().sgt_edge_attention_backward(
+            num_nodes, width, num_codes, address(query_grad), address(key_value), address(edge_scale),
+            address(edges.ptr), address(edges.src), address(edges.code), address(edges.source_position),
+            address(edges.source_ptr), address(edges.source_dst), address(edges.source_code),
+            address(scores), address(inside),
+            ctx.temperature, address(grad_scores), address(grad_query), address(grad_key_value),
+            address(grad_edge_scale), address(grad_edge_bias), address(edge_terms),
+        ), "sgt_edge_attention_backward")
+        grad_key, grad_value = grad_key_value.split(width, dim=1)
+        return grad_query, grad_key, grad_value, grad_edge_scale, grad_edge_bias, *([None] * 3)
 
 
 def fused_edge_attention(
@@ -177,7 +241,7 @@ def fused_edge_attention(
     in_degree: Tensor,
     temperature: float,
     clip: float,
-    by_source: tuple[Tensor, Tensor] | None = None,
+    compact: CompactEdges | None = None,
 ) -> tuple[Tensor, Tensor]:
     r"""Edge softmax attention: for an edge j -> i with code c (its edge type, or type and distance),
 
@@ -188,22 +252,25 @@ def fused_edge_attention(
     Args:
         query, key, value: float [N, d] node projections (value already normalised and scaled).
         edge_scale: float [C, d] E per edge code; edge_bias: float [C] B per edge code.
-        edge_index: int64 [2, E] (src, dst) sorted by dst; edge_code: int64 [E] in [0, C).
+        edge_index: integer [2, E] (src, dst) sorted by dst; edge_code: integer [E] in [0, C). int32
+            sources and uint8 codes are what the compiled kernels read; other dtypes are converted.
         in_degree: int64 [N] incoming edges per node (the CSR segment lengths).
         temperature: tau; clip: bound on the tempered logits (<= 30 so exp cannot overflow).
-        by_source: `edges_by_source(edge_index, N)` when the caller has it (only the compiled CPU path
-            reads it; computed here when missing).
+        compact: `compact_edges(edge_index, edge_code, ...)` when the caller has it (only the compiled CPU
+            path reads it; built here when missing).
 
     Returns:
         out [N, d] and scores [E] (summing to 1 per destination).
     """
-    if usable(query, key, value, edge_scale, edge_bias, edge_index):
-        src, dst = (t.contiguous() for t in edge_index)
-        ptr = torch.zeros(in_degree.numel() + 1, dtype=torch.int64)
-        torch.cumsum(in_degree, 0, out=ptr[1:])
-        by_source = by_source if by_source is not None else edges_by_source(edge_index, in_degree.numel())
-        return _CompiledEdgeAttention.apply(query, key, value, edge_scale, edge_bias, src, dst,
-                                            edge_code.contiguous(), ptr, by_source, float(temperature), float(clip))
+    if usable(query, key, value, edge_scale, edge_bias):
+        if compact is None:
+            ptr = torch.zeros(in_degree.numel() + 1, dtype=torch.int64)
+            torch.cumsum(in_degree, 0, out=ptr[1:])
+            compact = compact_edges(edge_index, edge_code, ptr, edge_scale.shape[0])
+        elif edge_scale.shape[0] > torch.iinfo(CODE_DTYPE).max + 1:
+            raise ValueError(f"the compiled attention kernels take at most 256 edge codes, got {edge_scale.shape[0]}")
+        return _CompiledEdgeAttention.apply(query, key, value, edge_scale, edge_bias, compact, float(temperature),
+                                            float(clip))
     return _FusedEdgeAttention.apply(
         query, key, value, edge_scale, edge_bias, edge_index[0], edge_index[1], edge_code, in_degree,
         float(temperature), float(clip),

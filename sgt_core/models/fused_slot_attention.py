@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from sgt_core.kernels import address, cpu_kernels, group_by, usable
+from sgt_core.kernels import address, checked, cpu_kernels, group_by, usable
 
 # Query slots (queries x degree) per chunk: every [slots, D] intermediate lives for one chunk only
 # (1 MB at D = 32), so the transient memory does not grow with the graph or the degree. Small chunks
@@ -142,12 +142,12 @@ def _slot_attention_backward(query, key_value, edge_scale, neighbours, code, att
     grad_scale = torch.empty_like(edge_scale)
     grad_bias = edge_scale.new_empty(num_codes, heads)
     slot_grad = torch.empty_like(attention)  # scratch: d loss / d logit per slot and head
-    cpu_kernels().sgt_slot_attention_backward(
+    checked(cpu_kernels().sgt_slot_attention_backward(
         num_queries, num_keys, degree, hidden, heads, num_codes, address(query), address(key_value),
         address(edge_scale), address(neighbours), address(code), address(by_key_ptr), address(by_key_order),
         address(attention), address(grad_out), address(grad_query), address(grad_key_value),
         address(grad_scale), address(grad_bias), address(slot_grad),
-    )
+    ), "sgt_slot_attention_backward")
     return grad_query, grad_key_value, grad_scale, grad_bias
 
 

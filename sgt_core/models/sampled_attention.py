@@ -7,7 +7,12 @@ import math
 import torch
 from torch import Tensor, nn
 
-from sgt_core.models.estimator_attention import edge_codes, one_hot_code_tables, type_and_distance_codes
+from sgt_core.models.estimator_attention import (
+    code_tables,
+    edge_codes,
+    one_hot_code_tables,
+    type_and_distance_code,
+)
 from sgt_core.models.fused_slot_attention import projected_slot_attention
 
 
@@ -79,9 +84,9 @@ class SampledAttention(nn.Module):
         # Project once per key node, then gather inside the kernel: cheaper than projecting Q * deg rows.
         kv_weight = torch.cat([self.key.weight, self.value.weight])  # [2D, D]: keys, then values
         kv_bias = torch.cat([self.key.bias, self.value.bias])  # [2D]
-        code, scale, bias = type_and_distance_codes(
-            neighbour_type, neighbour_spd, self.edge_scale.weight, self.edge_bias.weight, self.spd_scale, self.spd_bias
-        )  # [Q, deg], [C, D], [C, H]
+        code = type_and_distance_code(neighbour_type, neighbour_spd, self.spd_scale).long()  # [Q, deg]
+        scale, bias = code_tables(self.edge_scale.weight, self.edge_bias.weight,
+                                  self.spd_scale if neighbour_spd is not None else None, self.spd_bias)  # [C, D], [C, H]
         out = projected_slot_attention(query_x, key_x, self.query.weight, self.query.bias, kv_weight, kv_bias,
                                        scale, bias, neighbours, code, neighbour_mask, self.heads)  # [Q, D]
         return self.out(out)

@@ -43,6 +43,8 @@ STORED_DTYPES: dict[str, torch.dtype] = {
     "node_kind": torch.int8,
     "token_type": torch.int8,
 }
+# The fields `InteractionGraph.load(..., compact=True)` leaves as stored: the per-edge ones.
+COMPACT_EDGE_FIELDS: tuple[str, ...] = ("edge_index", "edge_type", "edge_spd")
 
 
 @dataclass(frozen=True)
@@ -144,11 +146,16 @@ class InteractionGraph:
         torch.save(fields, path)
 
     @classmethod
-    def load(cls, path: Path) -> InteractionGraph:
-        """Reads a saved graph, its integer fields widened to int64 (one at a time, to bound the peak)."""
+    def load(cls, path: Path, compact: bool = False) -> InteractionGraph:
+        """Reads a saved graph, its integer fields widened to int64 (one at a time, to bound the peak).
+
+        With `compact`, the per-edge fields (`COMPACT_EDGE_FIELDS`) stay in the dtypes they were stored in:
+        the estimate stage reads them so, since at 200 M attention edges int64 would take 5 GB more.
+        """
         fields = torch.load(path, weights_only=True)
         for name in STORED_DTYPES:
-            fields[name] = fields[name].long()
+            if not (compact and name in COMPACT_EDGE_FIELDS):
+                fields[name] = fields[name].long()
         return cls(**fields)
 
 

@@ -125,8 +125,9 @@ def sample_layer(
     """
     edges, mask = sample_neighbours(ptr, scores, degree, nodes=nodes, method=method, generator=generator)
     safe_edges = edges.clamp_min(0)  # [Q, deg] masked slots point at edge 0 and are ignored through the mask
-    spd = edge_spd[safe_edges] if edge_spd is not None else None  # [Q, deg]
-    return edge_index[0][safe_edges], edge_type[safe_edges], spd, mask
+    # int64 per slot, whatever the graph holds (a compact graph's int32 / int8 / int16): slots are few
+    spd = edge_spd[safe_edges].long() if edge_spd is not None else None  # [Q, deg]
+    return edge_index[0][safe_edges].long(), edge_type[safe_edges].long(), spd, mask
 
 
 def sample_full_graph_layers(
@@ -186,7 +187,9 @@ def sample_batch_layers(
     """
     needed = targets  # global ids of the rows layer l must output, V^(l+1)
     layers: list[SampledLayer] = []
-    for scores, degree in zip(reversed(layer_scores), reversed(degrees)):
+    # By index: reversed() on a tensor is flip(0), a copy of every layer's scores for every batch.
+    for layer in reversed(range(len(degrees))):
+        scores, degree = layer_scores[layer], degrees[layer]
         neighbours, types, spd, mask = sample_layer(
             edge_index, edge_type, ptr, scores, degree, nodes=needed, method=method, generator=generator,
             edge_spd=edge_spd,
@@ -211,7 +214,8 @@ class LayerSampler:
     """Holds a graph and its per-layer scores; samples full-graph layers or a batch's layers on demand.
 
     Args:
-        edge_index, edge_type, ptr: the interaction graph (CSR over dst), on the target device.
+        edge_index, edge_type, ptr: the interaction graph (CSR over dst), on the target device; the edges
+            may be int64 or a compact graph's narrower dtypes (sampled slots are int64 either way).
         layer_scores: float [L, E] sampling weights per layer.
         degrees: deg_l per layer.
         method: "reservoir", "uniform", "topk" or "full".
@@ -224,11 +228,14 @@ class LayerSampler:
     ) -> None:
         self.edge_index, self.edge_type, self.ptr, self.edge_spd = edge_index, edge_type, ptr, edge_spd
         self.layer_scores, self.degrees, self.method, self.generator = layer_scores, list(degrees), method, generator
+        self._full_layer: FullLayer | None = None
 
     def full(self) -> list[SampledLayer | FullLayer]:
         if self.method == "full":
-            in_degree = self.ptr.diff()
-            return [FullLayer(self.edge_index, self.edge_type, in_degree, self.edge_spd)] * len(self.degrees)
+            if self._full_layer is None:  # int64 edges, as the full-graph attention takes them: built once
+                spd = self.edge_spd.long() if self.edge_spd is not None else None
+                self._full_layer = FullLayer(self.edge_index.long(), self.edge_type.long(), self.ptr.diff(), spd)
+            return [self._full_layer] * len(self.degrees)
         return sample_full_graph_layers(
             self.edge_index, self.edge_type, self.ptr, self.layer_scores, self.degrees,
             method=self.method, generator=self.generator, edge_spd=self.edge_spd,

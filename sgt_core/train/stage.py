@@ -116,7 +116,9 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
     set_mmap_threshold(options["malloc_mmap_threshold_kb"])
     seed_everything(cfg["seed"])
     device = resolve_device(options["device"])
-    graph = read_upstream(inputs["preprocess"], "preprocess", INTERACTION_GRAPH_FILE, InteractionGraph.load)
+    # Edges as stored (int32, int8): the sampler draws int64 slots from them, batch by batch.
+    graph = read_upstream(inputs["preprocess"], "preprocess", INTERACTION_GRAPH_FILE,
+                          lambda path: InteractionGraph.load(path, compact=True))
     layer_scores = read_upstream(inputs["export"], "export", SCORES_DIR,  # [L, E]
                                  lambda path: read_attention_scores(path, graph.edge_index, graph.ptr))
     if layer_scores.shape[0] != model_cfg["num_layers"]:

@@ -10,7 +10,12 @@ import torch
 from sgt_core.errors import DatasetError
 from sgt_core.preprocess.adjacency import sorted_csr
 from sgt_core.preprocess.builder import AnchorOptions, build_interaction_graph
-from sgt_core.preprocess.interaction_graph import EDGE_TYPES, STORED_DTYPES, InteractionGraph
+from sgt_core.preprocess.interaction_graph import (
+    COMPACT_EDGE_FIELDS,
+    EDGE_TYPES,
+    STORED_DTYPES,
+    InteractionGraph,
+)
 from sgt_core.preprocess.stage import _graph_statistics
 from tests.preprocess.test_interaction_graph import path_graph
 
@@ -42,6 +47,17 @@ def test_saved_file_is_compact_and_loads_as_int64(tmp_path, compact):
         assert getattr(loaded, name).dtype == torch.int64, name  # what the estimate and train stages read
         assert torch.equal(getattr(loaded, name), getattr(graph, name).long()), name
     assert loaded.stats == graph.stats
+
+
+def test_compact_load_keeps_the_edge_fields_as_stored_and_widens_the_node_fields(tmp_path):
+    graph = build_interaction_graph(path_graph(25), **OPTIONS)
+    graph.save(tmp_path / "graph.pt")
+    loaded = InteractionGraph.load(tmp_path / "graph.pt", compact=True)
+    for name, dtype in STORED_DTYPES.items():
+        expected = dtype if name in COMPACT_EDGE_FIELDS else torch.int64  # node fields are small: int64
+        assert getattr(loaded, name).dtype == expected, name
+        assert torch.equal(getattr(loaded, name).long(), getattr(graph, name)), name
+    assert torch.equal(loaded.ptr, graph.ptr)
 
 
 def test_edges_sorted_by_destination_from_an_unsorted_input():
