@@ -61,9 +61,25 @@ Ctrl-C stops both. Examples:
 SERVE_HELP = """\
 Registers the pipeline as the Prefect deployment sgt-run/sgt, with the parameters dataset, preset and
 overrides (Hydra overrides as for `sgt run`), and runs the flow runs started from the Prefect UI or with
-`prefect deployment run sgt-run/sgt` until Ctrl-C. Needs a Prefect server (`make ui`). Examples:
+`prefect deployment run sgt-run/sgt` until Ctrl-C. Also registers the stage deployments
+sgt-stage/<stage>@<pool> that runs with orchestration=pools send each stage to (pools from
+conf/orchestration/pools.yaml and the overrides; `sgt workers` runs them). Needs a Prefect server
+(`make ui`). Examples:
   sgt serve                                 # the server of `make ui`, or $PREFECT_API_URL
   sgt serve --api-url http://127.0.0.1:4300/api
+  sgt serve orchestration.pools.train=gpu-a100   # train's deployment on another pool
+"""
+
+WORKERS_HELP = """\
+Starts one Prefect process worker per work pool (named <pool>@<host>) that runs the stages a run with
+orchestration=pools sends there, until Ctrl-C. Without --pool: every pool of conf/orchestration/pools.yaml
+(with the overrides), by default sgt-cpu (preprocess, estimate, export) and sgt-gpu (train).
+On another machine: install SGT there (or use the sgt:cpu / sgt:cuda image), then point the worker at the
+same Prefect server; stages reach the same MLflow store and artifacts through the locations the run sends
+(an MLflow tracking server, and a shared file system or an s3:// artifacts URL; see the README). Examples:
+  sgt workers                               # sgt-cpu and sgt-gpu here, on the server of `make ui`
+  sgt workers --pool sgt-cpu --api-url http://127.0.0.1:4300/api
+  PREFECT_API_URL=http://head-node:4200/api sgt workers --pool sgt-gpu   # on the GPU machine
 """
 
 
@@ -97,14 +113,16 @@ def _is_expected(error: BaseException) -> bool:
 
 def preflight(overrides: list[str]) -> dict:
     """Checks the config and the dataset before any stage runs or any run is recorded."""
-    from sgt_core.artifacts import ArtifactStore
+    from flows.tracking import tracking_uri
+    from sgt_core.artifacts import open_store
     from sgt_core.config import compose_config
     from sgt_core.data import load_dataset
     from sgt_core.pipeline import stage_keys
 
     cfg = compose_config(overrides)
     keys = stage_keys(cfg)
-    store = ArtifactStore(cfg["paths"]["artifacts"])
+    tracking_uri(cfg)  # an object-store artifacts root needs an MLflow store named elsewhere
+    store = open_store(cfg["paths"]["artifacts"])
     if cfg["stage"] in ("all", "preprocess") and not (
         cfg["stage"] == "all" and store.is_complete("preprocess", keys["preprocess"])
     ):
@@ -136,6 +154,10 @@ def expand_sweeps(overrides: list[str]) -> list[list[str]]:
 def command_run(overrides: list[str], multirun: bool = False) -> int:
     runs = expand_sweeps(overrides) if multirun else [overrides]
     configs = [preflight(run_overrides) for run_overrides in runs]  # all checked before the first run
+    if any(cfg["orchestration"]["mode"] == "pools" for cfg in configs) and not _prefect_api_url_set():
+        # A temporary Prefect server would have no workers: every stage would wait for one in vain.
+        raise SGTError("orchestration=pools: needs a Prefect server that the pools' workers use; set "
+                       "PREFECT_API_URL (e.g. http://127.0.0.1:4200/api after `make ui`) and start `sgt workers`")
     if any(cfg["stage_isolation"] == "process" for cfg in configs):
         from flows.isolation import warm_up
 
@@ -156,6 +178,13 @@ def command_run(overrides: list[str], multirun: bool = False) -> int:
     if multirun:
         print_sweep_summary(results)
     return 0
+
+
+def _prefect_api_url_set() -> bool:
+    """Whether Prefect talks to a server of its own ($PREFECT_API_URL or the profile), not a temporary one."""
+    from prefect.settings import PREFECT_API_URL
+
+    return bool(PREFECT_API_URL.value())
 
 
 def format_metric(value: float | str) -> str:
@@ -183,7 +212,7 @@ def print_sweep_summary(results: list[tuple[list[str], dict]]) -> None:
 
 
 def command_scores(overrides: list[str], path: str | None) -> int:
-    from sgt_core.artifacts import ArtifactStore
+    from sgt_core.artifacts import open_store
     from sgt_core.config import compose_config
     from sgt_core.export.scores import SCORES_DIR
     from sgt_core.export.summary import format_summary, summarise_scores
@@ -192,10 +221,10 @@ def command_scores(overrides: list[str], path: str | None) -> int:
     if path is None:
         cfg = compose_config(overrides)
         key = stage_keys(cfg)["export"]
-        store = ArtifactStore(cfg["paths"]["artifacts"])
+        store = open_store(cfg["paths"]["artifacts"])
         if not store.is_complete("export", key):
             raise SGTError(f"no exported scores for this configuration (export key {key}); run `sgt run` first")
-        scores_dir = store.path("export", key) / SCORES_DIR
+        scores_dir = store.local("export", key) / SCORES_DIR
     else:
         scores_dir = Path(path)
         if not any(scores_dir.glob("layer_*.parquet")):
@@ -223,25 +252,33 @@ def stage_files() -> dict[str, tuple[str, ...]]:
 
 def command_stages(overrides: list[str], as_json: bool, verify: bool = False) -> int:
     import json
+    from fnmatch import fnmatch
 
-    from sgt_core.artifacts import ArtifactStore
+    from sgt_core.artifacts import ObjectArtifactStore, open_store
     from sgt_core.config import compose_config
     from sgt_core.pipeline import stage_keys
 
     cfg = compose_config(overrides)
-    store = ArtifactStore(Path(cfg["paths"]["artifacts"]).resolve())
+    store = open_store(cfg["paths"]["artifacts"])
     main_files, stages = stage_files(), []
     for name, key in stage_keys(cfg).items():
-        folder = store.path(name, key)
         damage = store.damage(name, key, checksums=verify)  # read only: `sgt run` moves a damaged folder aside
-        cached = folder.exists() and damage is None
-        files = sorted(str(p) for pattern in main_files[name] for p in folder.glob(pattern)) if cached else []
-        stages.append({"stage": name, "key": key, "cached": cached, "damage": damage, "path": str(folder),
+        if isinstance(store, ObjectArtifactStore):  # listed from the manifest, nothing downloaded
+            folder = store.location(name, key)
+            manifest = store.remote_manifest(name, key) if damage is None else None
+            cached = manifest is not None
+            files = sorted(f"{folder}/{file}" for file in (manifest or {}).get("files", {})
+                           if any(fnmatch(file, pattern) for pattern in main_files[name]))
+        else:
+            path = store.path(name, key).resolve()
+            folder, cached = str(path), path.exists() and damage is None
+            files = sorted(str(p) for pattern in main_files[name] for p in path.glob(pattern)) if cached else []
+        stages.append({"stage": name, "key": key, "cached": cached, "damage": damage, "path": folder,
                        "files": files})
     if as_json:
-        print(json.dumps({"artifacts": str(store.root), "checksums_verified": verify, "stages": stages}, indent=2))
+        print(json.dumps({"artifacts": store.location(), "checksums_verified": verify, "stages": stages}, indent=2))
         return 0
-    print(f"configuration: {' '.join(overrides) or '(defaults)'}\nartifacts: {store.root}")
+    print(f"configuration: {' '.join(overrides) or '(defaults)'}\nartifacts: {store.location()}")
     print(f"checked: file sizes{' and checksums' if verify else ' (--verify also checks checksums)'}\n")
     print(f"{'stage':<11} {'key':<17} {'cached':<8} folder")
     for stage in stages:
@@ -250,7 +287,7 @@ def command_stages(overrides: list[str], as_json: bool, verify: bool = False) ->
         if stage["damage"]:
             print(f"{'':<38} {stage['damage']}: the next `sgt run` moves it aside and recomputes")
         for file in stage["files"]:
-            print(f"{'':<38} {Path(file).relative_to(stage['path'])}")
+            print(f"{'':<38} {file.removeprefix(stage['path'] + '/')}")
     return 0
 
 
@@ -274,7 +311,8 @@ def command_ui(overrides: list[str], prefect_port: int, mlflow_port: int) -> int
     return 0
 
 
-def command_serve(api_url: str | None) -> int:
+def _use_prefect_api(api_url: str | None) -> str:
+    """Points this process at the Prefect API (`--api-url`, else $PREFECT_API_URL, else `make ui`'s); checks it answers."""
     from flows.ui import DEFAULT_PREFECT_PORT, prefect_api_url, require_prefect_api
 
     # Set before Prefect is imported: it reads its settings at import time.
@@ -282,9 +320,33 @@ def command_serve(api_url: str | None) -> int:
         api_url or os.environ.get("PREFECT_API_URL") or prefect_api_url(DEFAULT_PREFECT_PORT)
     )
     require_prefect_api(os.environ["PREFECT_API_URL"])
+    return os.environ["PREFECT_API_URL"]
+
+
+def command_serve(api_url: str | None, overrides: list[str] | None = None) -> int:
+    from sgt_core.config import compose_config
+
+    compose_config(["orchestration=pools", *(overrides or [])])  # bad overrides fail before anything starts
+    _use_prefect_api(api_url)
     from flows.serve import serve
 
-    serve()
+    serve(overrides)
+    return 0
+
+
+def command_workers(pools: list[str] | None, api_url: str | None, name: str | None, overrides: list[str]) -> int:
+    from flows.workers import run_workers
+    from sgt_core.config import POOL_NAME, compose_config
+
+    if not pools:
+        cfg = compose_config(["orchestration=pools", *overrides])
+        pools = sorted(set(cfg["orchestration"]["pools"].values()))
+    bad = [pool for pool in pools if not POOL_NAME.fullmatch(pool)]
+    if bad:
+        raise SGTError(f"--pool {bad[0]}: not a work pool name (letters, digits, '_', '.', '-')")
+    if name is not None and len(pools) > 1:
+        raise SGTError("--name: names one worker; give a single --pool with it")
+    run_workers(pools, _use_prefect_api(api_url), name)
     return 0
 
 
@@ -310,6 +372,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="serve the pipeline as a Prefect deployment", description=SERVE_HELP,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     serve.add_argument("--api-url", help="Prefect API (default $PREFECT_API_URL, else http://127.0.0.1:4200/api)")
+    serve.add_argument("overrides", nargs="*", help="Hydra overrides choosing the stages' pools (orchestration.pools.*)")
+    workers = commands.add_parser("workers", help="start Prefect workers for the stages' work pools",
+                                  description=WORKERS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    workers.add_argument("--pool", action="append", help="a work pool to serve (repeatable); default: all of the config")
+    workers.add_argument("--api-url", help="Prefect API (default $PREFECT_API_URL, else http://127.0.0.1:4200/api)")
+    workers.add_argument("--name", help="the worker's name (one --pool only); default <pool>@<host>")
+    workers.add_argument("overrides", nargs="*", help="Hydra overrides choosing the pools (orchestration.pools.*)")
     stages = commands.add_parser("stages", help="list stages, cache keys, cache state and artifact paths",
                                  description=STAGES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     stages.add_argument("overrides", nargs="*", help="Hydra overrides, key=value")
@@ -331,7 +400,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "ui":
             return command_ui(args.overrides, args.prefect_port, args.mlflow_port)
         if args.command == "serve":
-            return command_serve(args.api_url)
+            return command_serve(args.api_url, args.overrides)
+        if args.command == "workers":
+            return command_workers(args.pool, args.api_url, args.name, args.overrides)
         if args.command == "run":
             return command_run(args.overrides, args.multirun)
         if args.command == "stages":

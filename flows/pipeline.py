@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import socket
 import time
-from pathlib import Path
 
 from prefect import flow, runtime, task
 from prefect.cache_policies import NO_CACHE
@@ -15,11 +15,11 @@ from flows.isolation import run_stage_in_process
 from flows.memory import MemorySampler
 from flows.plots import memory_over_time, stage_figures
 from flows.tracking import Tracker
-from sgt_core.artifacts import ArtifactStore
+from sgt_core.artifacts import ArtifactStore, fingerprint, open_store
 from sgt_core.config import STAGE_NAMES, compose_config
 from sgt_core.estimate.stage import ESTIMATOR_FILE
 from sgt_core.export.scores import SCORES_DIR
-from sgt_core.pipeline import STAGE_BY_NAME, STAGES, stage_keys
+from sgt_core.pipeline import STAGE_BY_NAME, STAGES, stage_keys, stage_material
 from sgt_core.train.stage import MODEL_FILE
 
 log = logging.getLogger("sgt")
@@ -29,20 +29,25 @@ log = logging.getLogger("sgt")
 _STAGE_ARTIFACTS = {"estimate": [ESTIMATOR_FILE], "export": [SCORES_DIR], "train": [MODEL_FILE]}
 
 
-def _run_stage(
+WORKER_TAG = "sgt.worker"  # where a stage ran: `<pool>@<host>` on a work pool, `local@<host>` in the flow
+
+
+def run_stage(
     name: str, cfg: dict, keys: dict[str, str], force: bool, parent_run_id: str, tracker: Tracker,
-    verify_checksums: bool = False,
+    verify_checksums: bool = False, worker: dict[str, str] | None = None,
 ) -> dict:
     """Runs (or reuses) one stage and records it as a child MLflow run; returns the stage's metrics.
 
     A cached result is reused only when whole: file sizes are always checked, checksums too when a later
     stage of this run will read it (`verify_checksums`); a damaged one is moved aside and recomputed.
+    `worker` holds the child run's tags saying where it ran (default: this host, in the flow's process).
     """
     stage, key = STAGE_BY_NAME[name], keys[name]
-    store = ArtifactStore(cfg["paths"]["artifacts"])
+    store = open_store(cfg["paths"]["artifacts"])
     cache_hit = not force and store.reuse(name, key, checksums=verify_checksums)
     params = {section: cfg[section] for section in stage.config_sections}
-    run_id = tracker.start_stage(parent_run_id, name, key, cache_hit, params)
+    where = worker if worker is not None else {WORKER_TAG: f"local@{socket.gethostname()}"}
+    run_id = tracker.start_stage(parent_run_id, name, key, cache_hit, params, where)
     started = time.perf_counter()
     try:
         if cache_hit:
@@ -51,7 +56,7 @@ def _run_stage(
             log.info("%s: cached (key %s)", name, key)
         else:
             log.info("%s: running (key %s)", name, key)
-            inputs = {upstream: store.path(upstream, keys[upstream]) for upstream in stage.upstream}
+            inputs = {upstream: store.local(upstream, keys[upstream]) for upstream in stage.upstream}
             with store.writing(name, key, replace=force) as staging:
                 with MemorySampler() as memory:
                     if cfg["stage_isolation"] == "process":
@@ -64,11 +69,11 @@ def _run_stage(
                             "config": params, "mlflow_run_id": run_id, "created": time.time()}
                 store.finish(staging, metrics, manifest)
             source_run = run_id
-        output = store.path(name, key)
+        output = store.local(name, key)
         history_file = output / "history.json"
         history = json.loads(history_file.read_text()) if history_file.is_file() else None
         tracker.log_results(run_id, {**metrics, "stage_seconds": time.perf_counter() - started}, history)
-        tracker.set_tags(run_id, {"sgt.artifact_dir": str(output.resolve()), "sgt.source_run_id": source_run})
+        tracker.set_tags(run_id, {"sgt.artifact_dir": store.location(name, key), "sgt.source_run_id": source_run})
         if not cache_hit:  # a cache hit's plots and memory trace are on the run that computed it
             for artifact in _STAGE_ARTIFACTS.get(name, []):
                 tracker.log_artifact(run_id, output / artifact, artifact if (output / artifact).is_dir() else None)
@@ -81,7 +86,7 @@ def _run_stage(
         _close_quietly(tracker, run_id)
         raise
     tracker.end(run_id)
-    return {"metrics": metrics, "cache_hit": cache_hit, "path": str(store.path(name, key))}
+    return {"metrics": metrics, "cache_hit": cache_hit, "path": store.location(name, key)}
 
 
 def _close_quietly(tracker: Tracker, run_id: str) -> None:
@@ -139,10 +144,29 @@ def crash_flow_runs_of_dead_pipelines(closed_runs: dict[str, dict[str, str]]) ->
     return crashed
 
 
+def _stage_here_or_on_pool(name: str, cfg: dict, keys: dict[str, str], force: bool, parent_run_id: str,
+                           tracker: Tracker, verify_checksums: bool = False) -> dict:
+    """Runs the stage in this process (orchestration=local) or as a flow run on its work pool (pools)."""
+    if cfg["orchestration"]["mode"] == "pools":
+        from flows.pools import run_stage_on_pool
+
+        return run_stage_on_pool(name, cfg, keys, force, parent_run_id, tracker, verify_checksums)
+    return run_stage(name, cfg, keys, force, parent_run_id, tracker, verify_checksums)
+
+
+def rekeyed(cfg: dict, keys: dict[str, str], name: str, key: str) -> dict[str, str]:
+    """The keys with stage `name`'s replaced by the one its worker computed, and every later stage's redone."""
+    keys = {**keys, name: key}
+    for later in STAGES[STAGE_NAMES.index(name) + 1:]:
+        keys[later.name] = fingerprint(stage_material(later, cfg, keys))
+    return keys
+
+
 # One Prefect task per stage, so each appears by name in the Prefect UI. Caching is ours (artifact
 # keys), not Prefect's, so Prefect's own input hashing is switched off.
 STAGE_TASKS = {
-    name: task(_run_stage, name=name, cache_policy=NO_CACHE, persist_result=False) for name in STAGE_NAMES
+    name: task(_stage_here_or_on_pool, name=name, cache_policy=NO_CACHE, persist_result=False)
+    for name in STAGE_NAMES
 }
 
 
@@ -158,16 +182,24 @@ def sgt_pipeline(overrides: list[str] | None = None) -> dict:
     force_from = STAGE_NAMES.index(cfg["stage"]) if cfg["stage"] != "all" else len(STAGE_NAMES)
     tracker = Tracker(cfg)
     crash_flow_runs_of_dead_pipelines(tracker.closed_runs)
+    if cfg["orchestration"]["mode"] == "pools":
+        from flows.pools import register_stage_deployments, stage_pools
+
+        register_stage_deployments(stage_pools(cfg))  # so that they match this run's pools
     parent_run_id = tracker.start_pipeline(cfg, keys, {"sgt.prefect_flow_run_id": runtime.flow_run.id or ""})
     started = time.perf_counter()
     results = {}
-    store = ArtifactStore(cfg["paths"]["artifacts"])
+    store = open_store(cfg["paths"]["artifacts"])
     try:
         checksummed = stages_to_checksum(store, keys, force_from)
         for index, stage in enumerate(STAGES):
             results[stage.name] = STAGE_TASKS[stage.name](
                 stage.name, cfg, keys, index >= force_from, parent_run_id, tracker, stage.name in checksummed
             )
+            worker_key = results[stage.name].pop("key", keys[stage.name])
+            if worker_key != keys[stage.name]:  # a worker's device or code differs from this machine's
+                keys = rekeyed(cfg, keys, stage.name, worker_key)
+                tracker.set_tags(parent_run_id, {f"sgt.key.{name}": key for name, key in keys.items()})
         train_metrics = results["train"]["metrics"]
         summary = {k: v for k, v in train_metrics.items() if k.startswith(("val_", "test_"))}
         tracker.log_results(parent_run_id, {**summary, "pipeline_seconds": time.perf_counter() - started})
@@ -180,4 +212,4 @@ def sgt_pipeline(overrides: list[str] | None = None) -> dict:
         raise
     tracker.end(parent_run_id)
     return {"run_id": parent_run_id, "keys": keys, "stages": results, "metrics": summary,
-            "tracking_uri": tracker.client.tracking_uri, "artifacts": str(Path(cfg["paths"]["artifacts"]).resolve())}
+            "tracking_uri": tracker.client.tracking_uri, "artifacts": store.location()}

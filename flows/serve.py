@@ -49,9 +49,16 @@ def mlflow_summary(result: dict) -> str:
             f"| metric | value |\n|---|---|\n{rows}")
 
 
-def serve() -> None:
-    """Registers the deployment on the Prefect API and runs its flow runs until Ctrl-C.
+def serve(overrides: list[str] | None = None) -> None:
+    """Registers the deployments on the Prefect API and runs the pipeline's flow runs until Ctrl-C.
 
-    `flow.serve` polls the API itself, so no work pool or worker is needed.
+    `flow.serve` polls the API itself, so the pipeline needs no work pool or worker. The stage deployments
+    (`sgt-stage/<stage>@<pool>`, pools from `orchestration=pools` and `overrides`) are registered too, for
+    runs with `orchestration=pools`; workers on those pools (`sgt workers`) run them.
     """
+    from flows.pools import register_stage_deployments, stage_pools
+    from sgt_core.config import compose_config
+
+    for name in register_stage_deployments(stage_pools(compose_config(["orchestration=pools", *(overrides or [])]))):
+        print(f"registered the stage deployment {name}", flush=True)
     sgt_run.serve(name=DEPLOYMENT_NAME, tags=["sgt"])

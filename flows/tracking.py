@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 from filelock import FileLock
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 from sgt_core.artifacts import process_exists
+from sgt_core.errors import ConfigError
 from sgt_core.pipeline import dataset_id
 
 _BATCH = 100  # MLflow accepts at most 100 params per log_batch call
@@ -41,13 +42,31 @@ def _owner() -> dict[str, str]:
     return {"sgt.host": socket.gethostname(), "sgt.pid": str(os.getpid())}
 
 
+def is_url(location: str) -> bool:
+    """Whether an artifacts root is an object-store URL (`s3://bucket/prefix`) rather than a folder."""
+    return "://" in str(location)
+
+
 def tracking_uri(cfg: dict) -> str:
     """Config value, else $MLFLOW_TRACKING_URI, else a sqlite file under the artifacts folder."""
     if cfg["mlflow"]["tracking_uri"]:
         return cfg["mlflow"]["tracking_uri"]
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"]
+    if is_url(cfg["paths"]["artifacts"]):
+        raise ConfigError(f"mlflow.tracking_uri: must be set (or $MLFLOW_TRACKING_URI) when paths.artifacts is an "
+                          f"object-store URL ({cfg['paths']['artifacts']}): the MLflow store cannot live there")
     return f"sqlite:///{Path(cfg['paths']['artifacts']).resolve() / 'mlflow.db'}"
+
+
+def _run_artifact_location(cfg: dict, uri: str) -> str | None:
+    """Where a new experiment keeps its runs' files: `<artifacts>/mlruns`; with an object-store artifacts
+    root, beside a sqlite store, else where the tracking server puts them (None)."""
+    if not is_url(cfg["paths"]["artifacts"]):
+        return (Path(cfg["paths"]["artifacts"]).resolve() / "mlruns").as_uri()
+    if uri.startswith("sqlite:///"):
+        return (Path(uri.removeprefix("sqlite:///")).parent / "mlruns").as_uri()
+    return None
 
 
 def _store_creation_lock(uri: str) -> AbstractContextManager:
@@ -70,9 +89,9 @@ class Tracker:
     Prefect runs a task in, and lets two pipelines share one store without touching each other's runs.
     """
 
-    def __init__(self, cfg: dict) -> None:
-        artifacts = Path(cfg["paths"]["artifacts"]).resolve()
-        artifacts.mkdir(parents=True, exist_ok=True)
+    def __init__(self, cfg: dict, close_orphans: bool = True) -> None:
+        if not is_url(cfg["paths"]["artifacts"]):
+            Path(cfg["paths"]["artifacts"]).resolve().mkdir(parents=True, exist_ok=True)
         uri = tracking_uri(cfg)
         name = cfg["mlflow"]["experiment"] or f"sgt-{dataset_id(cfg)}"
         with _store_creation_lock(uri):  # creating the client creates the store's tables
@@ -81,13 +100,13 @@ class Tracker:
             if experiment is None:
                 try:
                     self.experiment_id = self.client.create_experiment(
-                        name, artifact_location=(artifacts / "mlruns").as_uri()
+                        name, artifact_location=_run_artifact_location(cfg, uri)
                     )
                 except MlflowException:  # another process created it first (a tracking server)
                     self.experiment_id = self.client.get_experiment_by_name(name).experiment_id
             else:
                 self.experiment_id = experiment.experiment_id
-        self.closed_runs = self.close_orphaned_runs()
+        self.closed_runs = self.close_orphaned_runs() if close_orphans else {}
 
     def close_orphaned_runs(self) -> dict[str, dict[str, str]]:
         """Marks KILLED this experiment's RUNNING runs whose process on this machine has gone.
@@ -118,7 +137,8 @@ class Tracker:
             self.client.log_artifact(run.info.run_id, str(path))
         return run.info.run_id
 
-    def start_stage(self, parent_run_id: str, stage: str, key: str, cache_hit: bool, params: dict) -> str:
+    def start_stage(self, parent_run_id: str, stage: str, key: str, cache_hit: bool, params: dict,
+                    tags: dict[str, str] | None = None) -> str:
         run = self.client.create_run(
             self.experiment_id,
             run_name=stage,
@@ -128,10 +148,20 @@ class Tracker:
                 "sgt.cache_hit": str(cache_hit).lower(),
                 "sgt.cache_key": key,
                 **_owner(),
+                **(tags or {}),
             },
         )
         self._log_params(run.info.run_id, flatten(params))
         return run.info.run_id
+
+    def stage_run(self, parent_run_id: str, stage: str) -> Run | None:
+        """The child run of stage `stage` under the pipeline run `parent_run_id` (None if there is none)."""
+        runs = self.client.search_runs(
+            [self.experiment_id],
+            f"tags.mlflow.parentRunId = '{parent_run_id}' AND tags.`sgt.stage` = '{stage}'",
+            order_by=["attributes.start_time DESC"], max_results=1,
+        )
+        return runs[0] if runs else None
 
     def log_results(self, run_id: str, metrics: dict, history: list[dict] | None = None) -> None:
         """Numbers become metrics (history rows per epoch, as steps); strings become `sgt.*` tags."""

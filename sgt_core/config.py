@@ -25,7 +25,7 @@ STAGE_NAMES = ("preprocess", "estimate", "export", "train")
 # Groups whose keys their files fix: `+key=value` (or `++`) may not add a key inside them, since no stage
 # would read it. Hydra's own error for `train.epoch=5` suggests `+train.epoch=5`, which would otherwise run
 # with the key ignored, under a new cache key.
-FIXED_KEY_GROUPS = ("dataset", "preprocess", "estimator", "export", "model", "train")
+FIXED_KEY_GROUPS = ("dataset", "preprocess", "estimator", "export", "model", "train", "orchestration")
 
 
 def config_dir() -> Path:
@@ -158,6 +158,7 @@ RULES: dict[str, Rule] = {
     "seed": _integer(0),
     "stage": _one_of("all", *STAGE_NAMES),
     "stage_isolation": _one_of("process", "inline"),
+    "orchestration.mode": _one_of("local", "pools"),
     "preprocess.self_loops": BOOLEAN,
     "preprocess.expander.enabled": BOOLEAN,
     "preprocess.virtual_nodes": _integer(0),
@@ -261,7 +262,7 @@ def validate_config(cfg: dict) -> None:
     for switch, rules in SWITCHED_RULES.items():
         if _lookup(cfg, switch) is True:
             problems += _rule_problems(cfg, rules)
-    problems += _dataset_problems(cfg["dataset"])
+    problems += _dataset_problems(cfg["dataset"]) + _orchestration_problems(cfg.get("orchestration") or {})
     if not problems:  # the checks across values rely on each value having the right type
         problems += _relation_problems(cfg) + _component_problems(cfg)
     if problems:
@@ -279,6 +280,35 @@ def _dataset_problems(dataset: dict) -> list[tuple[str, str]]:
     if name == "pyg" and str(dataset.get("pyg_name")).lower() not in PYG_DATASETS:
         return [*problems, ("dataset.pyg_name", (f"unknown PyG dataset {dataset.get('pyg_name')!r}; known "
                                                  f"names (case-insensitive): {KNOWN_NAMES}"))]
+    return problems
+
+
+# Read only with orchestration=pools: where each stage runs and how long the flow waits for it.
+POOL_RULES: dict[str, Rule] = {
+    "start_timeout_s": POSITIVE,
+    "missed_heartbeats": _integer(1),
+}
+# A Prefect work pool's name: it also names the stage's deployment, `sgt-stage/<stage>@<pool>`.
+POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def _orchestration_problems(orchestration: dict) -> list[tuple[str, str]]:
+    """With `pools`: a valid work pool name for every stage and nothing else, and the waiting limits."""
+    if orchestration.get("mode") != "pools":
+        return []
+    problems = [(f"orchestration.{key}", problem) for key, problem in _rule_problems(orchestration, POOL_RULES)]
+    pools = orchestration.get("pools")
+    if not isinstance(pools, dict):
+        return [*problems, ("orchestration.pools", f"must map each stage to a work pool, found {pools!r}")]
+    unknown = sorted(set(map(str, pools)) - set(STAGE_NAMES))
+    if unknown:
+        problems.append(("orchestration.pools", (f"unknown stages {', '.join(unknown)}; expected "
+                                                 f"{', '.join(STAGE_NAMES)}")))
+    for stage in STAGE_NAMES:
+        pool = pools.get(stage)
+        if not (isinstance(pool, str) and POOL_NAME.fullmatch(pool)):
+            problems.append((f"orchestration.pools.{stage}", ("must be a work pool name (letters, digits, "
+                                                              f"'_', '.', '-'), found {pool!r}")))
     return problems
 
 
