@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -57,15 +58,20 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
         memory_efficient=options["memory_efficient"],
     )
     model.start_at_prior(torch.bincount(graph.y[graph.train_mask], minlength=graph.num_classes))
-    # SPD buckets of anchor/k-hop edges and the LPE / token inputs; None where the component is off.
-    edge_spd = graph.edge_spd if graph.num_spd_buckets else None
+    # The LPE and substructure-token inputs; None where the component is off.
     extras = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"))
 
     # Degrees, edge codes and the compiled kernels' grouping by source: once, not per layer and epoch.
-    edges = model.prepare(graph.edge_index, graph.edge_type, edge_spd, graph.num_nodes)
+    edges = model.prepare(graph.edge_index, graph.edge_type, graph.edge_spd if graph.num_spd_buckets else None,
+                          graph.num_nodes)
+    if edges.compact is not None:
+        # The compiled kernels read only `edges`' compact copy: the graph's destinations, types and SPD
+        # buckets (7 bytes per edge, 1.4 GB at Amazon2M's size) are let go for the rest of the stage.
+        graph = dataclasses.replace(graph, edge_index=graph.edge_index.new_empty(2, 0),
+                                    edge_type=graph.edge_type.new_empty(0), edge_spd=graph.edge_spd.new_empty(0))
 
     def forward(tau: float) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        return model(graph.x, graph.node_kind, graph.edge_index, graph.edge_type, tau, edge_spd, extras, edges)
+        return model(graph.x, graph.node_kind, edges.edge_index, edges.edge_type, tau, edges.edge_spd, extras, edges)
 
     optimizer = AdamW(model.parameters(), lr=options["lr"], weight_decay=options["weight_decay"])
     scheduler = CosineWithWarmup(optimizer, options["warmup_epochs"], options["epochs"])
@@ -108,6 +114,9 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
         loss.backward()
         optimizer.step()
         scheduler.step()
+        # Dropped now, not when the next forward pass returns: this epoch's scores would otherwise sit
+        # beside the next epoch's, 4 bytes per edge and layer more at the peak.
+        del logits, layer_scores, loss
         history.append({**row, "temperature": tau})
         epochs.set_metrics(**{k: v for k, v in history[-1].items() if k != "epoch"})
 

@@ -23,6 +23,10 @@
 
 /* Rows per block of the edge-type gradient partial sums. */
 #define ROWS_PER_BLOCK 256
+/* How many edges ahead the edge kernels prefetch the node row they will gather. Their gathers are random
+ * (expander edges have no locality), so past the CPU caches (about 10^6 nodes) each one is a trip to
+ * memory; asking for it this far ahead overlaps the trips instead of taking them one after another. */
+#define PREFETCH_EDGES 32
 
 /* Counting sort: groups `count` items by key in [0, n). Items with key k are order[ptr[k] .. ptr[k+1]),
  * in ascending item order. ptr has n + 1 entries. Returns 0, or 1 when out of memory. */
@@ -59,13 +63,13 @@ static void sum_blocks(const float *partial, int64_t blocks, int64_t size, float
  * ------------------------------------------------------------------------------------------------- */
 
 /* The edges grouped by source, once per graph: the k-th edge leaving source j (k in src_ptr[j] ..
- * src_ptr[j+1), edges in ascending order) has destination by_src_dst[k] and code by_src_code[k], and
- * edge e is entry position[e]. The backward pass writes each edge's gradient terms at its position, so
- * the sweep over sources reads them in order instead of gathering them from random edges.
+ * src_ptr[j+1), edges in ascending order) is edge by_src_edge[k], with destination by_src_dst[k] and code
+ * by_src_code[k]: the backward pass's sweep over sources reads destinations and codes in order, and
+ * gathers only each edge's two gradient terms.
  * Returns 0, or 1 when out of memory. */
 int sgt_edges_by_source(
     int64_t num_nodes, const int64_t *ptr, const int32_t *src, const uint8_t *code,
-    int64_t *src_ptr, int32_t *position, int32_t *by_src_dst, uint8_t *by_src_code)
+    int64_t *src_ptr, int32_t *by_src_edge, int32_t *by_src_dst, uint8_t *by_src_code)
 {
     const int64_t num_edges = ptr[num_nodes];
     int64_t *next = malloc((size_t)(num_nodes > 0 ? num_nodes : 1) * sizeof(int64_t));
@@ -77,7 +81,7 @@ int sgt_edges_by_source(
     for (int64_t i = 0; i < num_nodes; i++) {
         for (int64_t e = ptr[i]; e < ptr[i + 1]; e++) {
             const int64_t k = next[src[e]]++;
-            position[e] = (int32_t)k;
+            by_src_edge[k] = (int32_t)e;
             by_src_dst[k] = (int32_t)i;
             by_src_code[k] = code[e];
         }
@@ -95,12 +99,14 @@ void sgt_edge_attention_forward(
     float *out, float *scores, uint8_t *inside)                   /* [N, d], [E], [E] */
 {
     const float scale = 1.0f / sqrtf((float)d);
+    const int64_t num_edges = ptr[num_nodes];
     #pragma omp parallel for schedule(dynamic, 64)
     for (int64_t i = 0; i < num_nodes; i++) {
         const float *q = query + i * d;
         float *o = out + i * d;
         float total = 0.0f;
         for (int64_t e = ptr[i]; e < ptr[i + 1]; e++) {
+            if (e + PREFETCH_EDGES < num_edges) __builtin_prefetch(key_value + (int64_t)src[e + PREFETCH_EDGES] * 2 * d);
             const float *k = key_value + (int64_t)src[e] * 2 * d, *es = edge_scale + code[e] * d;
             float raw = 0.0f;
             #pragma omp simd reduction(+:raw)
@@ -125,12 +131,13 @@ void sgt_edge_attention_forward(
 }
 
 /* grad_scores may be NULL (the scores output took no gradient). query_grad rows are [Q_i | dL/d out_i];
- * the by_src_* arrays and position come from sgt_edges_by_source. edge_terms is scratch of 2 E floats,
- * (d loss / d raw logit, score) per edge in source order. Returns 0, or 1 when out of memory. */
+ * the by_src_* arrays come from sgt_edges_by_source. edge_terms is scratch of 2 E floats,
+ * (d loss / d raw logit, score) per edge: written in order, gathered (with prefetching) by the sweep over
+ * sources; gathering is cheaper than scattering, which reads each line before writing it. Returns 0, or 1 when out of memory. */
 int sgt_edge_attention_backward(
     int64_t num_nodes, int64_t d, int64_t num_codes,
     const float *query_grad, const float *key_value, const float *edge_scale,  /* [N, 2d], [N, 2d], [C, d] */
-    const int64_t *ptr, const int32_t *src, const uint8_t *code, const int32_t *position,
+    const int64_t *ptr, const int32_t *src, const uint8_t *code, const int32_t *by_src_edge,
     const int64_t *src_ptr, const int32_t *by_src_dst, const uint8_t *by_src_code,
     const float *scores, const uint8_t *inside, float temperature, const float *grad_scores,
     float *grad_query, float *grad_key_value,                                  /* [N, d], [N, 2d] */
@@ -138,6 +145,7 @@ int sgt_edge_attention_backward(
     float *edge_terms)
 {
     const float scale = 1.0f / sqrtf((float)d);
+    const int64_t num_edges = ptr[num_nodes];
     const int64_t blocks = (num_nodes + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
     const int64_t table = num_codes * (d + 1);  /* E rows, then B */
     float *partial = calloc((size_t)(blocks > 0 ? blocks : 1) * (size_t)table, sizeof(float));
@@ -160,16 +168,17 @@ int sgt_edge_attention_backward(
              * first slot of the edge's source-ordered pair */
             float expected = 0.0f;
             for (int64_t e = ptr[i]; e < ptr[i + 1]; e++) {
+                if (e + PREFETCH_EDGES < num_edges) __builtin_prefetch(key_value + (int64_t)src[e + PREFETCH_EDGES] * 2 * d);
                 const float *v = key_value + (int64_t)src[e] * 2 * d + d;
                 float g = grad_scores ? grad_scores[e] : 0.0f;
                 #pragma omp simd reduction(+:g)
                 for (int64_t t = 0; t < d; t++) g += go[t] * v[t];
-                edge_terms[2 * (int64_t)position[e]] = g;
+                edge_terms[2 * e] = g;
                 expected += scores[e] * g;
             }
             for (int64_t t = 0; t < d; t++) gq[t] = 0.0f;
             for (int64_t e = ptr[i]; e < ptr[i + 1]; e++) {
-                float *terms = edge_terms + 2 * (int64_t)position[e];
+                float *terms = edge_terms + 2 * e;
                 /* gradient of the bias term B_c; the clip passes none outside (-clip, clip) */
                 const float g_bias = inside[e] ? scores[e] * (terms[0] - expected) / temperature : 0.0f;
                 const float g_raw = g_bias * scale;
@@ -199,7 +208,12 @@ int sgt_edge_attention_backward(
         float *gk = grad_key_value + j * 2 * d, *gv = gk + d;
         for (int64_t t = 0; t < 2 * d; t++) gk[t] = 0.0f;
         for (int64_t k = src_ptr[j]; k < src_ptr[j + 1]; k++) {
-            const float g_raw = edge_terms[2 * k], a = edge_terms[2 * k + 1];
+            if (k + PREFETCH_EDGES < num_edges) {
+                __builtin_prefetch(query_grad + (int64_t)by_src_dst[k + PREFETCH_EDGES] * 2 * d);
+                __builtin_prefetch(edge_terms + 2 * (int64_t)by_src_edge[k + PREFETCH_EDGES]);
+            }
+            const float *terms = edge_terms + 2 * (int64_t)by_src_edge[k];
+            const float g_raw = terms[0], a = terms[1];
             const float *q = query_grad + (int64_t)by_src_dst[k] * 2 * d, *go = q + d;
             const float *es = edge_scale + by_src_code[k] * d;
             #pragma omp simd

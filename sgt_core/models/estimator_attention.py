@@ -25,19 +25,23 @@ class AttentionEdges:
     (`EstimatorAttention.prepare`) instead of once per layer and epoch.
 
     Attributes:
-        edge_index [2, E] sorted by dst, edge_type [E], edge_spd [E] or None: as the graph holds them.
+        edge_index [2, E] sorted by dst, edge_type [E], edge_spd [E] or None: as the graph holds them;
+            None with `compact`, which holds all the compiled kernels read, so that a caller can let the
+            graph's own edge tensors go (7 bytes per edge for a compact graph).
         in_degree int64 [N], ptr int64 [N + 1]: the CSR segments over destinations.
         code [E]: each edge's row in the fused kernels' E and B tables (`type_and_distance_code`).
+        with_spd: whether the codes include the SPD bucket (`code_tables` then adds its rows).
         compact: the int32 / uint8 edges and their grouping by source that the compiled CPU kernels
             read; None on the torch paths.
     """
 
-    edge_index: Tensor
-    edge_type: Tensor
+    edge_index: Tensor | None
+    edge_type: Tensor | None
     edge_spd: Tensor | None
     in_degree: Tensor
     ptr: Tensor
     code: Tensor
+    with_spd: bool
     compact: CompactEdges | None
 
 
@@ -120,10 +124,12 @@ class EstimatorAttention(nn.Module):
         ptr = torch.zeros(num_nodes + 1, dtype=torch.int64, device=edge_index.device)
         torch.cumsum(in_degree, 0, out=ptr[1:])
         code = type_and_distance_code(edge_type, edge_spd, self.spd_scale)
-        num_codes = self.edge_scale.num_embeddings * (self.spd_scale.shape[0] + 1 if code is not edge_type else 1)
-        compiled = self.memory_efficient and on_compiled_kernels
-        compact = compact_edges(edge_index, code, ptr, num_codes) if compiled else None
-        return AttentionEdges(edge_index, edge_type, edge_spd, in_degree, ptr, code, compact)
+        with_spd = code is not edge_type
+        num_codes = self.edge_scale.num_embeddings * (self.spd_scale.shape[0] + 1 if with_spd else 1)
+        if self.memory_efficient and on_compiled_kernels:
+            compact = compact_edges(edge_index, code, ptr, num_codes)
+            return AttentionEdges(None, None, None, in_degree, ptr, compact.code, with_spd, compact)
+        return AttentionEdges(edge_index, edge_type, edge_spd, in_degree, ptr, code, with_spd, None)
 
     def forward(
         self,
@@ -159,6 +165,8 @@ class EstimatorAttention(nn.Module):
         # Softmax over each destination's incoming edges. The clip bounds |logit| by c, so exp cannot
         # overflow and the usual per-segment max subtraction (a scatter-max pass) is unnecessary.
         weights = logits.exp()  # [E]
+        # Edges come sorted by destination (InteractionGraph's CSR order), so per-destination sums are
+        # segment reductions: no atomics, and about 9x faster than index_add_ forward and backward.
         totals = torch.segment_reduce(weights, "sum", lengths=edges.in_degree)  # [N]
         scores = weights / totals.index_select(0, dst)  # [E], sums to 1 per destination
         out = torch.segment_reduce(scores.unsqueeze(-1) * value, "sum", lengths=edges.in_degree)  # [N, d]
@@ -167,9 +175,8 @@ class EstimatorAttention(nn.Module):
     def _forward_fused(self, x: Tensor, edges: AttentionEdges, temperature: float) -> tuple[Tensor, Tensor]:
         """The same attention through the fused kernel: one code per edge, type * buckets + bucket."""
         value = self.value_scale * F.normalize(self.value(x), dim=-1)  # [N, d]
-        with_spd = edges.code is not edges.edge_type  # `prepare` coded the SPD buckets in
         scale, bias = code_tables(self.edge_scale.weight, self.edge_bias.weight,
-                                  self.spd_scale if with_spd else None, self.spd_bias)  # [C, d], [C, 1]
+                                  self.spd_scale if edges.with_spd else None, self.spd_bias)  # [C, d], [C, 1]
         out, scores = fused_edge_attention(
             self.query(x), self.key(x), value, scale, bias.squeeze(1), edges.edge_index, edges.code,
             edges.in_degree, temperature, self.logit_clip, edges.compact,

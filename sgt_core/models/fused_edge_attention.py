@@ -132,7 +132,7 @@ class CompactEdges:
         src: int32 [E] sources; code: uint8 [E] codes (rows of the E and B tables).
         source_ptr: int64 [N + 1] source j's edges are entries source_ptr[j]:source_ptr[j+1] of:
         source_dst: int32 [E] their destinations, and source_code: uint8 [E] their codes.
-        source_position: int32 [E] where each destination-sorted edge sits in that order.
+        source_edge: int32 [E] each entry's edge id (its place in the destination order).
     """
 
     ptr: Tensor
@@ -141,15 +141,15 @@ class CompactEdges:
     source_ptr: Tensor
     source_dst: Tensor
     source_code: Tensor
-    source_position: Tensor
+    source_edge: Tensor
 
 
 def compact_edges(edge_index: Tensor, edge_code: Tensor, ptr: Tensor, num_codes: int) -> CompactEdges:
     """Checks that every index fits and groups the edges by source, in O(N + E).
 
     The kernels trust their indices, so an out-of-range one would read or write outside a buffer: the
-    bounds check here is what stands between a bad graph and memory corruption. Sources already int32
-    and codes already uint8 are used without a copy.
+    bounds check here is what stands between a bad graph and memory corruption. Int32 sources of their
+    own storage and uint8 codes are used without a copy.
     """
     num_nodes, src = ptr.numel() - 1, edge_index[0]
     if max(num_nodes, src.numel()) > torch.iinfo(INDEX_DTYPE).max:
@@ -164,17 +164,21 @@ def compact_edges(edge_index: Tensor, edge_code: Tensor, ptr: Tensor, num_codes:
         if values.numel() and not (0 <= int(values.min()) and int(values.max()) < bound):
             raise ValueError(f"{name} indices must lie in [0, {bound})")
     src, code = src.to(INDEX_DTYPE).contiguous(), edge_code.to(CODE_DTYPE).contiguous()
+    if src.untyped_storage().nbytes() > src.numel() * src.element_size():
+        # A row of the caller's [2, E] edge index: copied, so that the compact edges never keep the
+        # destinations' row alive (a caller holding only these can free the graph's edges).
+        src = src.clone()
     num_edges = src.numel()
     compact = CompactEdges(
         ptr=ptr.contiguous(), src=src, code=code,
         source_ptr=torch.empty(num_nodes + 1, dtype=torch.int64),
         source_dst=torch.empty(num_edges, dtype=INDEX_DTYPE),
         source_code=torch.empty(num_edges, dtype=CODE_DTYPE),
-        source_position=torch.empty(num_edges, dtype=INDEX_DTYPE),
+        source_edge=torch.empty(num_edges, dtype=INDEX_DTYPE),
     )
     checked(cpu_kernels().sgt_edges_by_source(
         num_nodes, address(compact.ptr), address(src), address(code), address(compact.source_ptr),
-        address(compact.source_position), address(compact.source_dst), address(compact.source_code),
+        address(compact.source_edge), address(compact.source_dst), address(compact.source_code),
     ), "sgt_edges_by_source")
     return compact
 
@@ -220,7 +224,7 @@ class _CompiledEdgeAttention(torch.autograd.Function):
         edge_terms = query.new_empty(2 * scores.numel())  # scratch: (d loss / d raw logit, score) per edge
         checked(cpu_kernels().sgt_edge_attention_backward(
             num_nodes, width, num_codes, address(query_grad), address(key_value), address(edge_scale),
-            address(edges.ptr), address(edges.src), address(edges.code), address(edges.source_position),
+            address(edges.ptr), address(edges.src), address(edges.code), address(edges.source_edge),
             address(edges.source_ptr), address(edges.source_dst), address(edges.source_code),
             address(scores), address(inside),
             ctx.temperature, address(grad_scores), address(grad_query), address(grad_key_value),

@@ -23,23 +23,28 @@ def sorted_graph(num_nodes=200, num_edges=3000, num_codes=5, seed=0):
     return edge_index, code, ptr
 
 
-def test_grouping_by_source_is_the_stable_order_and_position_is_its_inverse():
+def test_grouping_by_source_is_the_stable_order():
     edge_index, code, ptr = sorted_graph()
     compact = compact_edges(edge_index, code, ptr, 5)
     order = torch.argsort(edge_index[0], stable=True)  # edges by source, ascending edge id within a source
     assert torch.equal(compact.source_dst.long(), edge_index[1][order])
     assert torch.equal(compact.source_code.long(), code[order])
-    assert torch.equal(compact.source_position.long()[order], torch.arange(order.numel()))
+    assert torch.equal(compact.source_edge.long(), order)
     counts = torch.bincount(edge_index[0], minlength=ptr.numel() - 1)
     assert torch.equal(compact.source_ptr, torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)]))
     assert compact.src.dtype == torch.int32 and compact.code.dtype == torch.uint8
 
 
-def test_int32_and_uint8_inputs_are_used_without_a_copy():
+def test_compact_inputs_are_used_without_a_copy_but_never_keep_the_destinations_alive():
     edge_index, code, ptr = sorted_graph()
     edge_index, code = edge_index.to(torch.int32), code.to(torch.uint8)
+    src = edge_index[0].clone()  # int32 sources of their own: used as they are
+    compact = compact_edges(src.unsqueeze(0), code, ptr, 5)
+    assert compact.src.data_ptr() == src.data_ptr() and compact.code.data_ptr() == code.data_ptr()
+    # a row of a [2, E] index is copied, so that freeing the graph's edges frees the destinations too
     compact = compact_edges(edge_index, code, ptr, 5)
-    assert compact.src.data_ptr() == edge_index[0].data_ptr() and compact.code.data_ptr() == code.data_ptr()
+    assert compact.src.untyped_storage().nbytes() == 4 * edge_index.shape[1]
+    assert torch.equal(compact.src, edge_index[0])
 
 
 @pytest.mark.parametrize("bad, message", [
