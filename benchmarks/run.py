@@ -57,6 +57,9 @@ VARIANTS = {
     "batch_2000": ["train.batch_size=2000"],
     "batch_1000": ["train.batch_size=1000"],
     "batch_250": ["train.batch_size=250"],
+    # The wide network on DDP (torchrun, gloo on the CPU): the same global batch on 1 and on 2 processes
+    "ddp_1": ["train.batch_size=1000", "train.distributed.nproc_per_node=1"],
+    "ddp_2": ["train.batch_size=1000", "train.distributed.nproc_per_node=2"],
     "graph_only": ["preprocess.expander.enabled=false"],
     # interaction-graph components of AnchorGT, DeepGraph and SAN, on top of the preset
     "anchors": ["preprocess.anchors.enabled=true", "preprocess.anchors.max_anchors_per_node=4"],
@@ -79,6 +82,7 @@ PAPER = {
 }
 # Issue targets for estimate + train on 2 cores: (seconds, MB)
 TARGETS = {"minesweeper": (50, 430), "tolokers": (200, 620)}
+RANK_MODULE = "sgt_core.train.distributed"  # what torchrun's ranks run (its agent names it too, after its own)
 
 
 class MemoryLimitExceeded(RuntimeError):
@@ -97,9 +101,35 @@ class TimeLimitExceeded(RuntimeError):
         self.seconds, self.peak_mb = seconds, peak_mb
 
 
+def _watch_ranks(process, peaks: dict[int, float]) -> None:
+    """Updates `peaks` (pid -> MB) with the high-water mark (VmHWM) of each live DDP rank below `process`.
+
+    A rank is a torchrun worker running RANK_MODULE; read every 0.1 s while it lives, so a peak in its
+    last 0.1 s (rank 0 writing the checkpoint) could be missed.
+    """
+    import psutil
+
+    try:
+        children = process.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return
+    for child in children:
+        try:
+            command = child.cmdline()
+            if RANK_MODULE in command and "torch.distributed.run" not in command:
+                for line in Path(f"/proc/{child.pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        peaks[child.pid] = max(peaks.get(child.pid, 0.0), int(line.split()[1]) / 1024)
+        except (psutil.Error, OSError):
+            continue
+
+
 def run_in_process(module: str, first_argument: str | None, cfg: dict, *arguments: str,
                    memory_limit_mb: float | None = None, time_limit_s: float | None = None) -> dict:
     """Runs `python -m module [first_argument] CONFIG.json *arguments` in a fresh process; its last line, as JSON.
+
+    The peaks of the DDP ranks it starts (the train stage on several processes) are added to that JSON
+    as `rank_peaks_mb`, in order of their process ids.
 
     With `memory_limit_mb`, a watchdog samples the process's resident memory every 0.1 s and kills it
     past the limit (raising MemoryLimitExceeded), so that a benchmark that outgrows the machine records
@@ -118,6 +148,7 @@ def run_in_process(module: str, first_argument: str | None, cfg: dict, *argument
             stdout=stdout, stderr=stderr, text=True, cwd=REPO,
         )
         watched, peak_mb, started = psutil.Process(process.pid), 0.0, time.monotonic()
+        rank_peaks: dict[int, float] = {}
         while process.poll() is None:
             if time_limit_s is not None and time.monotonic() - started > time_limit_s:
                 process.kill()
@@ -131,13 +162,18 @@ def run_in_process(module: str, first_argument: str | None, cfg: dict, *argument
                 process.kill()
                 process.wait()
                 raise MemoryLimitExceeded(command, peak_mb, memory_limit_mb)
+            if cfg.get("train", {}).get("distributed", {}).get("nproc_per_node", 1) > 1:
+                _watch_ranks(watched, rank_peaks)
             time.sleep(0.1)
         process.wait()
         stdout.seek(0), stderr.seek(0)
         output, errors = stdout.read(), stderr.read()
     if process.returncode:
         raise RuntimeError(f"{command} failed:\n{errors[-3000:]}")
-    return json.loads(output.strip().splitlines()[-1])
+    result = json.loads(output.strip().splitlines()[-1])
+    if rank_peaks:
+        result["rank_peaks_mb"] = [rank_peaks[pid] for pid in sorted(rank_peaks)]
+    return result
 
 
 def run_stage(store: ArtifactStore, stage, cfg: dict, keys: dict, memory_limit_mb: float | None = None,
@@ -171,12 +207,17 @@ def run_one(store: ArtifactStore, dataset: str, variant: str, seed: int) -> dict
     graph = InteractionGraph.load(store.path("preprocess", keys["preprocess"]) / INTERACTION_GRAPH_FILE)
     metric = metric_name(graph.num_classes)
     train = results["train"]["metrics"]
+    # With DDP the train stage's own process only launches torchrun: its peak is the largest rank's.
+    rank_peaks = results["train"].get("rank_peaks_mb") or [results["train"]["peak_rss_mb"]]
     return {
         "dataset": dataset, "variant": variant, "seed": seed, "metric": metric,
         "test": train[f"test_{metric}"], "val": train[f"val_{metric}"], "test_accuracy": train.get("test_accuracy"),
         "estimate_s": results["estimate"]["seconds"], "train_s": results["train"]["seconds"],
         "train_s_per_epoch": train["seconds_per_epoch"],
         **{f"{name}_peak_mb": results[name]["peak_rss_mb"] for name in results},
+        "train_peak_mb": max(rank_peaks),
+        "processes": cfg["train"]["distributed"]["nproc_per_node"] * cfg["train"]["distributed"]["nnodes"],
+        "train_rank_peaks_mb": " / ".join(f"{peak:.0f}" for peak in rank_peaks),
         "edge_percent": edge_percent(graph, cfg["model"]["degrees"], cfg["train"]["sampler"]),
         "interaction_edges": graph.num_edges,
     }
@@ -267,7 +308,7 @@ def read_rows(path: Path, text_columns: set[str]) -> list[dict]:
 
 def previous_rows(path: Path) -> list[dict]:
     """The rows of an earlier results.csv (none if absent or of another layout)."""
-    rows = read_rows(path, {"dataset", "variant", "metric"}) if path.is_file() else []
+    rows = read_rows(path, {"dataset", "variant", "metric", "train_rank_peaks_mb"}) if path.is_file() else []
     return rows if rows and "export_peak_mb" in rows[0] else []
 
 
@@ -292,8 +333,9 @@ def cpu_model() -> str:
 
 def write_report(out: Path, rows: list[dict], extras: dict) -> None:
     partial_csv = out / "results.csv.partial"
+    columns = list(dict.fromkeys(key for row in rows for key in row))  # rows of an older layout lack some
     with open(partial_csv, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(handle, fieldnames=columns, restval="")
         writer.writeheader()
         writer.writerows(rows)
     os.replace(partial_csv, out / "results.csv")  # a reader never sees half a table
@@ -335,6 +377,20 @@ def write_report(out: Path, rows: list[dict], extras: dict) -> None:
             lines.append(f"| {dataset} | {size} | {max(r['train_peak_mb'] for r in group):.0f} | "
                          f"{statistics.mean(r['train_s_per_epoch'] for r in group):.3f} | "
                          f"{mean_std([r['test'] for r in group], 100)} |")
+    ddp = [(variant, groups[(dataset, variant)]) for dataset, variant in groups if variant.startswith("ddp_")]
+    if ddp:
+        lines += ["", ("## The wide network on DDP (Minesweeper preset, global train.batch_size=1000; torchrun, "
+                       "gloo on the CPU, OMP_NUM_THREADS = cores // processes)"), "",
+                  ("Peak memory is each rank's own high-water mark (the train stage's process only launches "
+                   "torchrun); seconds per epoch are rank 0's training loop, evaluation included."), "",
+                  "| processes | seeds | train s/epoch | train s | peak MB per rank | test metric (×100) |",
+                  "|---|---|---|---|---|---|"]
+        for variant, group in ddp:
+            lines.append(f"| {group[0].get('processes') or variant.removeprefix('ddp_')} | {len(group)} | "
+                         f"{statistics.mean(r['train_s_per_epoch'] for r in group):.3f} | "
+                         f"{statistics.mean(r['train_s'] for r in group):.1f} | "
+                         f"{', '.join(str(r.get('train_rank_peaks_mb')) for r in group)} | "
+                         f"{group[0]['metric']} {mean_std([r['test'] for r in group], 100)} |")
     lines += ["", "## Reservoir against uniform sampling (the paper found uniform worse)", ""]
     for dataset in sorted({d for d, _ in groups}):
         reservoir, uniform = groups.get((dataset, "spexphormer")), groups.get((dataset, "uniform"))
@@ -374,6 +430,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ablation-seeds", type=int, default=None,
                         help="seeds for variants other than spexphormer (default: --seeds)")
     parser.add_argument("--out", default=str(REPO / "artifacts" / "bench"))
+    parser.add_argument("--no-extras", action="store_true",
+                        help="only the rows of --datasets x --variants: no sampler, orchestration, epoch-memory or "
+                             "GCN sections (earlier ones are kept)")
     args = parser.parse_args(argv)
     if not SHARED.is_dir():
         sys.exit(f"the benchmark needs the real datasets at {SHARED}")
@@ -389,6 +448,8 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             if variant == "graph_only" and dataset != "long_range":
                 continue
+            if variant.startswith("ddp_") and dataset != "minesweeper":  # the issue's preset for DDP
+                continue
             seeds = args.seeds if variant == "spexphormer" else (args.ablation_seeds or args.seeds)
             for seed in range(seeds):
                 row = run_one(store, dataset, variant, seed)
@@ -399,6 +460,8 @@ def main(argv: list[str] | None = None) -> None:
     # Sections of earlier invocations stay too; one measured again replaces its old value.
     extras_path = out / "extras.json"
     extras = json.loads(extras_path.read_text()) if extras_path.is_file() else {}
+    if args.no_extras:
+        args.datasets = []  # the sections below are all per dataset
     if "minesweeper" in args.datasets:
         extras["Sampler throughput (Minesweeper, layer 0 scores)"] = sampler_throughput(store)
         extras["Orchestration overhead (fully cached `sgt run`, Prefect + MLflow)"] = orchestration_overhead(store)

@@ -150,6 +150,13 @@ FRACTION: Rule = _number(0, 1, low_open=True)  # (0, 1]: a decay factor or a flo
 EVEN_DEGREE: Rule = (lambda value: _is_int(value) and value >= 2 and value % 2 == 0), "must be an even integer >= 2"
 NULL_OR_POSITIVE_INTEGER: Rule = (lambda value: value is None or (_is_int(value) and value >= 1),
                                   "must be null or an integer >= 1")
+# `host:port` (a name, an IPv4 address or a bracketed IPv6 one) where torchrun's c10d rendezvous listens.
+RENDEZVOUS_ENDPOINT: Rule = (
+    lambda value: value is None or (isinstance(value, str) and re.fullmatch(
+        r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):([1-9][0-9]{0,4})", value) is not None
+        and int(value.rsplit(":", 1)[1]) <= 65535),
+    "must be null or host:port (e.g. head-node:29400)",
+)
 DEGREE_LIST: Rule = (lambda value: isinstance(value, list) and all(_is_int(d) and d >= 1 for d in value),
                      "must be a list of integers >= 1, one per layer")
 
@@ -193,6 +200,9 @@ RULES: dict[str, Rule] = {
     "train.batch_size": NULL_OR_POSITIVE_INTEGER,
     "train.eval_every": _integer(1),
     "train.malloc_mmap_threshold_kb": NULL_OR_POSITIVE_INTEGER,
+    "train.distributed.nproc_per_node": _integer(1),
+    "train.distributed.nnodes": _integer(1),
+    "train.distributed.rdzv_endpoint": RENDEZVOUS_ENDPOINT,
     "export.max_candidates_per_node": NULL_OR_POSITIVE_INTEGER,
 }
 NULL_OR_COUNT: Rule = (lambda value: value is None or (_is_int(value) and value >= 0),
@@ -333,6 +343,17 @@ def _relation_problems(cfg: dict) -> list[tuple[str, str]]:
     if train["sampler"] == "full" and train["batch_size"] is not None:
         problems.append(("train.batch_size", ("must be null with train.sampler=full, which attends over whole "
                                              "neighbourhoods")))
+    distributed = train["distributed"]
+    processes = distributed["nproc_per_node"] * distributed["nnodes"]
+    if processes > 1 and (train["batch_size"] is None or train["batch_size"] < 2 * processes):
+        # Each rank takes its share of every global batch of target nodes, and batch norm in training
+        # needs at least two rows on each.
+        problems.append(("train.batch_size", (f"must be an integer >= {2 * processes} (2 per process) with "
+                                             f"train.distributed on {processes} processes, found "
+                                             f"{train['batch_size']!r}: the ranks share Algorithm 2 batches")))
+    if distributed["nnodes"] > 1 and distributed["rdzv_endpoint"] is None:
+        problems.append(("train.distributed.rdzv_endpoint", (f"must be host:port with train.distributed.nnodes="
+                                                            f"{distributed['nnodes']}: every node meets there")))
     return problems
 
 

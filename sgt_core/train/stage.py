@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from sgt_core.artifacts import read_upstream
@@ -24,6 +26,7 @@ from sgt_core.sampling import LayerSampler
 from sgt_core.sampling.degrees import SAMPLED_DEGREES_FILE, sampled_degree_histograms
 from sgt_core.seeding import seed_everything
 from sgt_core.train.allocator import set_mmap_threshold
+from sgt_core.train.distributed import Ranks, launch, world_size
 
 log = logging.getLogger(__name__)
 
@@ -111,42 +114,85 @@ class WideNetworkTraining:
 
 
 def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, float | str]:
-    """Trains the wide network, re-sampling each layer's neighbours every epoch, and keeps the best epoch."""
-    model_cfg, options = cfg["model"], cfg["train"]
+    """Trains the wide network, re-sampling each layer's neighbours every epoch, and keeps the best epoch.
+
+    With `train.distributed` on more than one process, torchrun trains it (sgt_core/train/distributed.py):
+    its rank 0 writes the same files and reports the same metrics.
+    """
+    if world_size(cfg["train"]) > 1:
+        return launch(cfg, inputs, out_dir)
+    options = cfg["train"]
     set_mmap_threshold(options["malloc_mmap_threshold_kb"])
     seed_everything(cfg["seed"])
     device = resolve_device(options["device"])
-    # Edges as stored (int32, int8): the sampler draws int64 slots from them, batch by batch.
+    graph, layer_scores = _read_inputs(cfg, inputs)
+    log.info("training the wide network on %s", device)
+    return _fit(cfg, graph, layer_scores, device, out_dir)
+
+
+def run_rank(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, float | str]:
+    """One rank of a distributed run, under torchrun: joins the process group and trains its share."""
+    options = cfg["train"]
+    set_mmap_threshold(options["malloc_mmap_threshold_kb"])
+    seed_everything(cfg["seed"])  # every rank builds the same initial network
+    device = resolve_device(options["device"])
+    if device.type == "cuda":  # one GPU per local rank
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    ranks = Ranks.join(cfg, device)
+    try:
+        graph, layer_scores = _read_inputs(cfg, inputs)
+        log.info("training the wide network on %d processes (%s backend), rank 0 on %s", ranks.world,
+                 dist.get_backend(), device)
+        metrics = _fit(cfg, graph, layer_scores, device, out_dir, ranks)
+        ranks.finish()
+        return metrics
+    finally:
+        ranks.leave()
+
+
+def _read_inputs(cfg: dict, inputs: dict[str, Path]) -> tuple[InteractionGraph, torch.Tensor]:
+    """The interaction graph (edges as stored, int32 and int8) and the scores [L, E], checked against the model."""
     graph = read_upstream(inputs["preprocess"], "preprocess", INTERACTION_GRAPH_FILE,
                           lambda path: InteractionGraph.load(path, compact=True))
     layer_scores = read_upstream(inputs["export"], "export", SCORES_DIR,  # [L, E]
                                  lambda path: read_attention_scores(path, graph.edge_index, graph.ptr))
-    if layer_scores.shape[0] != model_cfg["num_layers"]:
-        raise ConfigError(f"the scores have {layer_scores.shape[0]} layers but model.num_layers is {model_cfg['num_layers']}")
-    log.info("training the wide network on %s", device)
+    num_layers = cfg["model"]["num_layers"]
+    if layer_scores.shape[0] != num_layers:
+        raise ConfigError(f"the scores have {layer_scores.shape[0]} layers but model.num_layers is {num_layers}")
+    return graph, layer_scores
 
+
+def _fit(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device: torch.device, out_dir: Path,
+         ranks: Ranks | None = None) -> dict[str, float | str]:
+    """The epochs, the best epoch's choice and the stage's files; with `ranks`, this rank's part of them."""
+    model_cfg, options = cfg["model"], cfg["train"]
     metric = metric_name(graph.num_classes)
     undefined = splits_without_metric(graph.y, {"val": graph.val_mask, "test": graph.test_mask},
                                       graph.num_classes, "train")
     training = WideNetworkTraining.build(cfg, graph, layer_scores, device)
-    model, sampler, y = training.model, training.sampler, training.y
     scheduler = CosineWithWarmup(training.optimizer, options["warmup_epochs"], options["epochs"])
     train_nodes, val_nodes, test_nodes = (m.nonzero().flatten().to(device)
                                           for m in (graph.train_mask, graph.val_mask, graph.test_mask))
     eval_nodes = torch.cat([val_nodes, test_nodes])
+    if ranks is not None:
+        ranks.check_split("training", train_nodes, 2)
+        ranks.check_split("evaluation", eval_nodes, 1)
+        ranks.attach(training)  # synchronised batch norm, DDP
+    model, sampler, y = training.model, training.sampler, training.y
 
     best = {"epoch": -1, "selection": float("-inf"), "scores": {}, "state": None}
     history, started = [], time.perf_counter()
     epochs = Progress(range(options["epochs"]), "train epoch", log)
     for epoch in epochs:
-        loss = training.train_epoch(train_nodes)
+        loss = training.train_epoch(train_nodes) if ranks is None else ranks.train_epoch(training, train_nodes, epoch)
         check_loss(loss, "train", epoch, graph.x, "train.lr")
         scheduler.step()
         row = {"epoch": epoch, "loss": loss}
         if epoch % options["eval_every"] == 0 or epoch == options["epochs"] - 1:
             model.eval()
-            with torch.no_grad():
-                logits = training.predict(eval_nodes)  # evaluation samples afresh
+            with torch.no_grad():  # evaluation samples afresh; with ranks, each its slice, then gathered
+                logits = training.predict(eval_nodes) if ranks is None else ranks.predict(training, eval_nodes)
             val_logits, test_logits = logits[: val_nodes.numel()], logits[val_nodes.numel():]
             row["val_loss"] = F.cross_entropy(val_logits, y[val_nodes]).item()
             if "val" not in undefined:
@@ -169,11 +215,13 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
         epochs.set_metrics(**{k: v for k, v in row.items() if k != "epoch"})
 
     seconds = time.perf_counter() - started
-    checkpoint = {"state_dict": best["state"], "config": {"model": model_cfg, "train": options}, "epoch": best["epoch"]}
-    torch.save(checkpoint, out_dir / MODEL_FILE)
-    (out_dir / HISTORY_FILE).write_text(json.dumps(history))
-    # What one epoch's sampling gives each node per layer, as a histogram for the tracking layer.
-    (out_dir / SAMPLED_DEGREES_FILE).write_text(json.dumps(sampled_degree_histograms(sampler, cfg["seed"])))
+    if ranks is None or ranks.rank == 0:  # with ranks, every rank holds the same weights and metrics
+        checkpoint = {"state_dict": best["state"], "config": {"model": model_cfg, "train": options},
+                      "epoch": best["epoch"]}
+        torch.save(checkpoint, out_dir / MODEL_FILE)
+        (out_dir / HISTORY_FILE).write_text(json.dumps(history))
+        # What one epoch's sampling gives each node per layer, as a histogram for the tracking layer.
+        (out_dir / SAMPLED_DEGREES_FILE).write_text(json.dumps(sampled_degree_histograms(sampler, cfg["seed"])))
     return {
         "best_epoch": best["epoch"],
         **best["scores"],

@@ -1,0 +1,364 @@
+"""The wide network on several processes: torchrun starts the ranks, DistributedDataParallel joins them.
+
+With `train.distributed.nproc_per_node` x `nnodes` > 1 the train stage does not train in its own process:
+
+1. `launch` (in the stage's process) writes the config and the input and output folders to
+   `<out_dir>/_distributed/launch.json`, runs torch's launcher on it,
+   `python -m torch.distributed.run --nnodes M --nproc-per-node N (--standalone | --rdzv-backend c10d
+   --rdzv-endpoint E --rdzv-id ID) -m sgt_core.train.distributed <launch.json>`, and waits. torchrun's
+   elastic agent starts the N local ranks, restarts none (`--max-restarts 0`) and stops the others when
+   one fails; every further node runs the same command (the stage logs it) and meets at the endpoint.
+2. Each rank (`main`, then `sgt_core.train.stage.run_rank`) joins the default process group (gloo on the
+   CPU, NCCL on CUDA with one GPU per local rank), loads the inputs, builds the same network from the
+   same seed and trains it under DistributedDataParallel on its share of every global batch (`Ranks`).
+3. Rank 0 alone writes model.pt, history.json and sampled_degrees.json into the stage's folder, as the
+   single-process stage does, and its metrics into `_distributed/`, from where `launch` returns them; the
+   folder is removed before the stage ends, so the stage's files and metrics are the single-process ones.
+
+How a global batch of B target nodes is shared (Spexphormer Algorithm 2 on every rank):
+- Every rank shuffles the training nodes with the same generator, seeded by (seed, epoch), and cuts the
+  same global batches of B; rank r takes the r-th of W near-equal slices of each and samples its layers
+  backwards from those targets with a generator of its own, seeded by (seed, epoch, rank), as are its
+  dropout masks. So every rank takes the same number of steps, and a run is reproducible.
+- Loss: each rank's loss is its slice's summed cross-entropy times W / B. DDP averages gradients over the
+  W ranks, so the step follows the gradient of the mean loss over all B targets: the single-process
+  step over those targets (`F.cross_entropy`'s mean over the batch).
+- Batch norm: with per-rank statistics a rank would normalise over its B/W targets' neighbourhoods only,
+  a different function from one process's batch of B (and from one rank count to another). Every
+  nn.BatchNorm1d therefore becomes a synchronised one, normalising over the rows of all ranks: torch's
+  nn.SyncBatchNorm on CUDA, and on the CPU, which it refuses, `SyncBatchNorm1d` (the same statistics
+  through gloo all-reduces). Then W ranks with the same samples compute exactly the forward pass and
+  the gradient of one process whose batch holds all their samples (tests/train/test_distributed.py).
+  What remains different from one process drawing batch B itself: a node that two ranks' neighbourhoods
+  share is sampled and computed on both (Algorithm 2 within one process computes it once).
+- Evaluation: the evaluated nodes are cut into W contiguous slices; each rank predicts its slice in
+  batches of ceil(B / W) and `all_gather` puts the logits back in order, so the reported metrics cover
+  every node exactly once. In evaluation batch norm uses its running statistics, which the synchronised
+  layers keep identical on every rank, so the ranks need no collective but the gather.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import logging
+import math
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import traceback
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from sgt_core.artifacts import ArtifactError
+from sgt_core.errors import ConfigError, DatasetError, SGTError
+from sgt_core.numerics import NonFiniteLossError
+from sgt_core.train.sync_batch_norm import SyncBatchNorm1d
+
+log = logging.getLogger(__name__)
+
+LAUNCH_DIR = "_distributed"  # inside the stage's folder while the ranks run; removed before it is published
+LAUNCH_FILE = "launch.json"
+RESULT_FILE = "result.json"
+LOG_MARK = "sgt-rank-log "  # a rank's log record on its stderr, re-emitted by `launch` under its logger
+# Errors a rank raises that the stage re-raises as the same type (one line for the CLI, no traceback).
+USER_ERRORS = {cls.__name__: cls for cls in (SGTError, ConfigError, DatasetError, NonFiniteLossError, ArtifactError)}
+ORDER, SAMPLING, DROPOUT = 0, 1, 2  # the random streams of an epoch
+
+
+class DistributedTrainingError(RuntimeError):
+    """A rank failed with an unexpected error, or torchrun ended without a result."""
+
+
+def world_size(options: dict) -> int:
+    """How many processes train the wide network: `nproc_per_node` x `nnodes` of `train.distributed`."""
+    distributed = options["distributed"]
+    return distributed["nproc_per_node"] * distributed["nnodes"]
+
+
+def stream_seed(seed: int, epoch: int, stream: int, rank: int = 0) -> int:
+    """A seed for one random stream of one epoch (and rank), independent of the others (NumPy's SeedSequence)."""
+    state = np.random.SeedSequence([seed, epoch, stream, rank]).generate_state(1, np.uint64)[0]
+    return int(state >> np.uint64(1))  # below 2^63: a valid seed for every torch generator
+
+
+# --- in the stage's process --------------------------------------------------------------------------------
+
+
+def torchrun_command(distributed: dict, launch_file: Path, run_id: str) -> list[str]:
+    """The launcher's command line: the same on every node."""
+    if distributed["rdzv_endpoint"] is None:
+        rendezvous = ["--standalone"]  # a local c10d store on a free port: one node
+    else:
+        rendezvous = ["--rdzv-backend", "c10d", "--rdzv-endpoint", distributed["rdzv_endpoint"], "--rdzv-id", run_id]
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(distributed["nnodes"]),
+            "--nproc-per-node", str(distributed["nproc_per_node"]), *rendezvous, "--max-restarts", "0",
+            "-m", __name__, str(launch_file)]
+
+
+def rendezvous_id(folder: Path) -> str:
+    """The run's id at the rendezvous, from its launch folder: the same for every node's command."""
+    return "sgt-" + hashlib.sha256(bytes(folder)).hexdigest()[:12]
+
+
+def rank_environment(nproc_per_node: int) -> dict[str, str]:
+    """The ranks' environment: this one, with the node's cores shared out among its ranks.
+
+    torch (and the compiled kernels) start one OpenMP thread per core in every process; with more busy
+    threads than cores, OpenMP's spin-waiting between parallel regions made stages 6-12x slower on this
+    machine. So each local rank gets cores // ranks threads (at least 1), and PASSIVE waiting makes an idle
+    thread sleep instead of spinning. Both are set whatever the environment had: what suits one process
+    over-subscribes N of them.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return {**os.environ, "OMP_NUM_THREADS": str(max(1, cores // nproc_per_node)), "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def _parent_death_signal():
+    """A function that, run in torchrun's process before it starts, SIGTERMs it when the stage's process dies.
+
+    The flow stops a stage by terminating its process, which ends without running Python's cleanup;
+    torchrun's agent stops its ranks on SIGTERM. Linux's prctl(PR_SET_PDEATHSIG), looked up here, before
+    the fork: between fork and exec only the call itself runs. None elsewhere.
+    """
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(1, signal.SIGTERM)
+
+
+def launch(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict:
+    """Trains on `world_size` ranks through torchrun and returns rank 0's metrics; rank 0 wrote the files.
+
+    Raises:
+        The first failing rank's error: an SGTError as its own type (e.g. a non-finite loss), anything
+        else as DistributedTrainingError naming the rank; also when torchrun ends without a result.
+    """
+    distributed = cfg["train"]["distributed"]
+    folder = out_dir.resolve() / LAUNCH_DIR
+    folder.mkdir()
+    launch_file = folder / LAUNCH_FILE
+    launch_file.write_text(json.dumps({
+        "config": cfg,
+        "inputs": {name: str(Path(path).resolve()) for name, path in inputs.items()},
+        "out_dir": str(out_dir.resolve()),
+    }))
+    command = torchrun_command(distributed, launch_file, rendezvous_id(folder))
+    world = world_size(cfg["train"])
+    log.info("training on %d processes (%d per node, %d node%s) through torchrun", world,
+             distributed["nproc_per_node"], distributed["nnodes"], "s" if distributed["nnodes"] > 1 else "")
+    if distributed["nnodes"] > 1:
+        log.info("waiting at %s for the other %d node(s); on each, with this checkout and the artifacts at the "
+                 "same paths, run: %s", distributed["rdzv_endpoint"], distributed["nnodes"] - 1,
+                 shlex.join(["python", *command[1:]]))
+    try:
+        returncode, tail = _run(command, rank_environment(distributed["nproc_per_node"]))
+        result = folder / RESULT_FILE
+        if returncode == 0 and result.is_file():
+            return json.loads(result.read_text())
+        raise _rank_error(folder, returncode, tail, world)
+    finally:
+        for path in folder.iterdir():
+            path.unlink()
+        folder.rmdir()
+
+
+def _run(command: list[str], environment: dict[str, str]) -> tuple[int, list[str]]:
+    """Runs torchrun, re-emitting the ranks' log records here; returns its exit status and last other lines."""
+    tail: deque[str] = deque(maxlen=80)
+    # Between fork and exec only the prctl call runs: no lock another thread could hold is taken.
+    process = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, bufsize=1, preexec_fn=_parent_death_signal())  # noqa: PLW1509
+    try:
+        for line in process.stdout:
+            line = line.rstrip("\n")
+            if line.startswith(LOG_MARK):
+                record = json.loads(line[len(LOG_MARK):])
+                logging.getLogger(record["name"]).log(record["level"], "%s", record["message"])
+            elif line.strip():
+                log.debug("torchrun: %s", line)  # the launcher's own lines; tracebacks are in the error files
+                tail.append(line)
+        return process.wait(), list(tail)
+    except BaseException:
+        process.terminate()
+        process.wait()
+        raise
+
+
+def _rank_error(folder: Path, returncode: int, tail: list[str], world: int) -> Exception:
+    """The error to raise for a failed run: the first user-facing rank error, else the lowest rank's."""
+    reports = sorted((json.loads(path.read_text()) for path in folder.glob("rank*.error.json")),
+                     key=lambda report: (report["type"] not in USER_ERRORS, report["rank"]))
+    if not reports:
+        return DistributedTrainingError(
+            f"train: torchrun ended with status {returncode} and no rank reported an error (a rank killed by a "
+            f"signal, often for lack of memory?); its last lines:\n" + "\n".join(tail))
+    report = reports[0]
+    if report["type"] in USER_ERRORS:
+        return USER_ERRORS[report["type"]](report["message"])
+    log.error("train: rank %d of %d failed:\n%s", report["rank"], world, report["traceback"])
+    return DistributedTrainingError(f"train: rank {report['rank']} of {world} failed: {report['type']}: "
+                                    f"{report['message']}")
+
+
+# --- in each rank ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Ranks:
+    """This process's place among the ranks, and what training does differently there.
+
+    Attributes:
+        rank, world: this rank and the number of ranks.
+        seed: the run's seed, from which every epoch's streams are derived.
+        batch_size: the global batch B of target nodes, shared out among the ranks.
+        network: the DistributedDataParallel wrapper of the model, after `attach`.
+    """
+
+    rank: int
+    world: int
+    seed: int
+    batch_size: int
+    network: nn.Module | None = None
+
+    @classmethod
+    def join(cls, cfg: dict, device: torch.device) -> Ranks:
+        """Joins the default process group from torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR...)."""
+        if device.type == "cuda":
+            dist.init_process_group("nccl", device_id=device)
+        else:
+            dist.init_process_group("gloo")
+        return cls(dist.get_rank(), dist.get_world_size(), cfg["seed"], cfg["train"]["batch_size"])
+
+    def finish(self) -> None:
+        """Waits for every rank (rank 0 writes the files last), so that none leaves while others still work."""
+        dist.barrier()
+
+    def leave(self) -> None:
+        """Drops the DDP wrapper, then the process group (also after a failure, without waiting for the others)."""
+        self.network = None
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def attach(self, training) -> None:
+        """Synchronises `training`'s batch norm over the ranks and wraps its model in DDP.
+
+        The parameters stay the objects the optimizer holds; evaluation calls the bare model, so it runs
+        no collective (DDP would synchronise buffers before each forward pass).
+        """
+        device = training.x.device
+        if device.type == "cuda":
+            training.model = nn.SyncBatchNorm.convert_sync_batchnorm(training.model)
+        else:
+            training.model = SyncBatchNorm1d.convert(training.model)
+        from torch.nn.parallel import DistributedDataParallel
+
+        self.network = DistributedDataParallel(training.model, device_ids=[device.index] if device.type == "cuda" else None)
+        training.batch_size = math.ceil(self.batch_size / self.world)  # what `training.predict` chunks by
+
+    def check_split(self, name: str, nodes: Tensor, per_rank: int) -> None:
+        if nodes.numel() < per_rank * self.world:
+            raise ConfigError(f"train.distributed: the {name} split has {nodes.numel()} nodes, fewer than "
+                              f"{per_rank} per process for {self.world} processes")
+
+    def seed_epoch(self, training, epoch: int) -> None:
+        """This rank's sampling and dropout streams for `epoch`."""
+        training.generator.manual_seed(stream_seed(self.seed, epoch, SAMPLING, self.rank))
+        torch.manual_seed(stream_seed(self.seed, epoch, DROPOUT, self.rank))  # Dropout draws from it
+
+    def shares(self, train_nodes: Tensor, epoch: int) -> list[tuple[Tensor, int]]:
+        """This rank's targets of each of the epoch's global batches, with each global batch's size."""
+        generator = torch.Generator(device=train_nodes.device).manual_seed(stream_seed(self.seed, epoch, ORDER))
+        order = torch.randperm(train_nodes.numel(), generator=generator, device=train_nodes.device)
+        batches = list(train_nodes[order].split(self.batch_size))
+        if len(batches) > 1 and batches[-1].numel() < 2 * self.world:  # batch norm: two rows on every rank
+            batches[-2:] = [torch.cat(batches[-2:])]
+        return [(batch.tensor_split(self.world)[self.rank], batch.numel()) for batch in batches]
+
+    def train_epoch(self, training, train_nodes: Tensor, epoch: int) -> float:
+        """One epoch of DDP steps on this rank's shares; returns the mean over steps of the global batch loss."""
+        self.seed_epoch(training, epoch)
+        self.network.train()
+        sums, sizes = [], []
+        for targets, size in self.shares(train_nodes, epoch):
+            input_nodes, layers = training.sampler.batch(targets)
+            logits = self.network(training.x[input_nodes], training.node_kind[input_nodes], layers,
+                                  training.extras.select(input_nodes))  # [|targets|, C]
+            loss_sum = F.cross_entropy(logits, training.y[targets], reduction="sum")
+            training.optimizer.zero_grad()
+            # DDP averages the W ranks' gradients: W / B times each slice's sum makes that average the
+            # gradient of the mean loss over the B targets.
+            (loss_sum * (self.world / size)).backward()
+            training.optimizer.step()
+            sums.append(loss_sum.detach())
+            sizes.append(size)
+        totals = torch.stack(sums).double()  # [steps]
+        dist.all_reduce(totals)
+        return float((totals / torch.tensor(sizes, dtype=torch.float64, device=totals.device)).mean())
+
+    def predict(self, training, nodes: Tensor) -> Tensor:
+        """Logits [len(nodes), C] in `nodes`' order: each rank predicts a contiguous slice, then all_gather."""
+        slices = nodes.tensor_split(self.world)
+        return gather_rows(training.predict(slices[self.rank]), [part.numel() for part in slices])
+
+
+def gather_rows(local: Tensor, counts: list[int]) -> Tensor:
+    """Every rank's rows, rank after rank: `local` [counts[rank], ...] from each -> [sum(counts), ...]."""
+    padded = local.new_zeros((max(counts), *local.shape[1:]))  # all_gather takes equal shapes
+    padded[: local.shape[0]] = local
+    parts = [torch.empty_like(padded) for _ in counts]
+    dist.all_gather(parts, padded)
+    return torch.cat([part[:count] for part, count in zip(parts, counts)])
+
+
+class _JsonLines(logging.Handler):
+    """Writes each record as one marked JSON line on stderr, for `launch` to re-emit in the stage's process."""
+
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        self.rank = rank
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage() if self.rank == 0 else f"rank {self.rank}: {record.getMessage()}"
+        sys.stderr.write(LOG_MARK + json.dumps({"name": record.name, "level": record.levelno, "message": message})
+                         + "\n")
+        sys.stderr.flush()
+
+
+def main(argv: list[str]) -> None:
+    """One rank, started by torchrun: `python -m sgt_core.train.distributed <launch.json>`."""
+    launch_file = Path(argv[0])
+    rank = int(os.environ.get("RANK", "0"))
+    root = logging.getLogger()
+    root.handlers[:] = [_JsonLines(rank)]
+    root.setLevel(logging.INFO if rank == 0 else logging.WARNING)  # progress once, warnings from all
+    try:
+        spec = json.loads(launch_file.read_text())
+        from sgt_core.train.stage import run_rank  # the stage module imports this one
+
+        metrics = run_rank(spec["config"], {name: Path(path) for name, path in spec["inputs"].items()},
+                           Path(spec["out_dir"]))
+        if rank == 0:
+            partial = launch_file.parent / f"{RESULT_FILE}.partial"
+            partial.write_text(json.dumps(metrics))
+            partial.replace(launch_file.parent / RESULT_FILE)
+    except BaseException as error:  # noqa: BLE001 - every failure is reported to the stage's process
+        report = {"rank": rank, "type": type(error).__name__, "message": str(error),
+                  "traceback": traceback.format_exc()}
+        (launch_file.parent / f"rank{rank}.error.json").write_text(json.dumps(report))
+        raise SystemExit(1) from None
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
