@@ -68,6 +68,7 @@ conf/orchestration/pools.yaml and the overrides; `sgt workers` runs them). Needs
   sgt serve                                 # the server of `make ui`, or $PREFECT_API_URL
   sgt serve --api-url http://127.0.0.1:4300/api
   sgt serve orchestration.pools.train=gpu-a100   # train's deployment on another pool
+  sgt serve --pools orchestration.pools.train=sgt-cpu   # UI runs default to pools, train on sgt-cpu
 """
 
 WORKERS_HELP = """\
@@ -323,14 +324,14 @@ def _use_prefect_api(api_url: str | None) -> str:
     return os.environ["PREFECT_API_URL"]
 
 
-def command_serve(api_url: str | None, overrides: list[str] | None = None) -> int:
+def command_serve(api_url: str | None, overrides: list[str] | None = None, pools: bool = False) -> int:
     from sgt_core.config import compose_config
 
     compose_config(["orchestration=pools", *(overrides or [])])  # bad overrides fail before anything starts
     _use_prefect_api(api_url)
     from flows.serve import serve
 
-    serve(overrides)
+    serve(overrides, pools)
     return 0
 
 
@@ -348,6 +349,33 @@ def command_workers(pools: list[str] | None, api_url: str | None, name: str | No
         raise SGTError("--name: names one worker; give a single --pool with it")
     run_workers(pools, _use_prefect_api(api_url), name)
     return 0
+
+
+DDP_NODE_HELP = """\
+Runs as a further node of multi-node DDP training (train.distributed.nnodes > 1): waits for train stages
+whose rendezvous endpoint is --rdzv-endpoint to appear under <paths.artifacts>/train, which must be the
+same shared file system at the same path as on the stage's node, and runs torchrun for each as one of its
+nodes (the same command the stage logs), until Ctrl-C. Needs this checkout and environment at the same
+path as the stage's node. Examples:
+  sgt ddp-node --rdzv-endpoint 10.0.0.1:29400 paths.artifacts=/shared/sgt
+  sgt ddp-node --rdzv-endpoint 10.0.0.1:29400 --once   # one run, then exit with torchrun's status
+"""
+
+
+def command_ddp_node(endpoint: str, once: bool, overrides: list[str]) -> int:
+    from sgt_core.config import compose_config
+    from sgt_core.train.distributed import join_launches
+
+    artifacts = compose_config(overrides)["paths"]["artifacts"]
+    if "://" in str(artifacts):
+        raise SGTError(f"paths.artifacts={artifacts}: multi-node training needs the artifacts on a shared file "
+                       "system at the same path on every node, not an object store")
+    train_dir = Path(artifacts).resolve() / "train"
+    print(f"waiting for train stages at {endpoint} under {train_dir} (Ctrl-C stops)", file=sys.stderr)
+    try:
+        return join_launches(train_dir, endpoint, once=once)
+    except KeyboardInterrupt:
+        return 130
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -372,6 +400,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="serve the pipeline as a Prefect deployment", description=SERVE_HELP,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     serve.add_argument("--api-url", help="Prefect API (default $PREFECT_API_URL, else http://127.0.0.1:4200/api)")
+    serve.add_argument("--pools", action="store_true",
+                       help="runs started from the UI default to orchestration=pools (and the overrides)")
     serve.add_argument("overrides", nargs="*", help="Hydra overrides choosing the stages' pools (orchestration.pools.*)")
     workers = commands.add_parser("workers", help="start Prefect workers for the stages' work pools",
                                   description=WORKERS_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -379,6 +409,11 @@ def build_parser() -> argparse.ArgumentParser:
     workers.add_argument("--api-url", help="Prefect API (default $PREFECT_API_URL, else http://127.0.0.1:4200/api)")
     workers.add_argument("--name", help="the worker's name (one --pool only); default <pool>@<host>")
     workers.add_argument("overrides", nargs="*", help="Hydra overrides choosing the pools (orchestration.pools.*)")
+    ddp_node = commands.add_parser("ddp-node", help="join multi-node DDP training runs as a further node",
+                                   description=DDP_NODE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ddp_node.add_argument("--rdzv-endpoint", required=True, help="host:port, train.distributed.rdzv_endpoint of the runs")
+    ddp_node.add_argument("--once", action="store_true", help="join one run, then exit with torchrun's status")
+    ddp_node.add_argument("overrides", nargs="*", help="Hydra overrides locating the artifacts (paths.artifacts)")
     stages = commands.add_parser("stages", help="list stages, cache keys, cache state and artifact paths",
                                  description=STAGES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     stages.add_argument("overrides", nargs="*", help="Hydra overrides, key=value")
@@ -400,9 +435,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "ui":
             return command_ui(args.overrides, args.prefect_port, args.mlflow_port)
         if args.command == "serve":
-            return command_serve(args.api_url, args.overrides)
+            return command_serve(args.api_url, args.overrides, args.pools)
         if args.command == "workers":
             return command_workers(args.pool, args.api_url, args.name, args.overrides)
+        if args.command == "ddp-node":
+            return command_ddp_node(args.rdzv_endpoint, args.once, args.overrides)
         if args.command == "run":
             return command_run(args.overrides, args.multirun)
         if args.command == "stages":

@@ -49,16 +49,19 @@ def mlflow_summary(result: dict) -> str:
             f"| metric | value |\n|---|---|\n{rows}")
 
 
-def serve(overrides: list[str] | None = None) -> None:
+def serve(overrides: list[str] | None = None, pools: bool = False) -> None:
     """Registers the deployments on the Prefect API and runs the pipeline's flow runs until Ctrl-C.
 
     `flow.serve` polls the API itself, so the pipeline needs no work pool or worker. The stage deployments
     (`sgt-stage/<stage>@<pool>`, pools from `orchestration=pools` and `overrides`) are registered too, for
-    runs with `orchestration=pools`; workers on those pools (`sgt workers`) run them.
+    runs with `orchestration=pools`; workers on those pools (`sgt workers`) run them. With `pools`, the
+    pipeline deployment's `overrides` parameter defaults to `orchestration=pools` and `overrides`, so that
+    runs started from the UI send their stages to those pools unless the user changes it.
     """
     from flows.pools import register_stage_deployments, stage_pools
     from sgt_core.config import compose_config
 
     for name in register_stage_deployments(stage_pools(compose_config(["orchestration=pools", *(overrides or [])]))):
         print(f"registered the stage deployment {name}", flush=True)
-    sgt_run.serve(name=DEPLOYMENT_NAME, tags=["sgt"])
+    defaults = {"overrides": ["orchestration=pools", *(overrides or [])]} if pools else None
+    sgt_run.serve(name=DEPLOYMENT_NAME, tags=["sgt"], parameters=defaults)

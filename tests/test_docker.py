@@ -61,14 +61,37 @@ def volume_mounts(service: dict) -> dict[str, tuple[str, bool]]:
     return mounts
 
 
+SGT_SERVICES = ("serve", "worker-cpu", "worker-gpu", "worker-gpu-2")  # those running the `sgt` image's commands
+GPU_SERVICES = ("worker-gpu", "worker-gpu-2")
+
+
 def test_the_stack_has_its_services(services):
-    assert set(services) == {"postgres", "mlflow", "prefect-server", "worker", "worker-gpu"}
-    assert services["worker-gpu"]["profiles"] == ["gpu"]
-    assert all("profiles" not in service for name, service in services.items() if name != "worker-gpu")
-    assert services["worker"]["command"] == services["worker-gpu"]["command"] == ["serve"]
+    assert set(services) == {"postgres", "mlflow", "prefect-server", *SGT_SERVICES}
+    for name, service in services.items():
+        assert service.get("profiles") == (["gpu"] if name in GPU_SERVICES else None), name
     assert services["prefect-server"]["entrypoint"] == ["prefect"]
     assert services["prefect-server"]["command"][:4] == ["server", "start", "--host", "0.0.0.0"]
     assert services["postgres"]["image"].startswith("postgres:")
+
+
+def test_sgt_commands_parse_and_workers_serve_the_stages_pools(services):
+    """Each service's command is one the `sgt` CLI accepts, and the workers take the pools the stages go to."""
+    from flows.cli import build_parser
+    from sgt_core.config import compose_config
+
+    parsed = {name: build_parser().parse_args(services[name]["command"]) for name in SGT_SERVICES}
+    assert parsed["serve"].command == "serve" and parsed["serve"].pools
+    stage_pools = compose_config(["orchestration=pools", *parsed["serve"].overrides])["orchestration"]["pools"]
+    cpu_pool, gpu_pool = parsed["worker-cpu"].pool, parsed["worker-gpu"].pool
+    assert (parsed["worker-cpu"].command, parsed["worker-gpu"].command) == ("workers", "workers")
+    # By default every stage, train included, has a worker without the gpu profile; with it train can move.
+    assert set(stage_pools.values()) == set(cpu_pool)
+    assert gpu_pool == [compose_config(["orchestration=pools"])["orchestration"]["pools"]["train"]]
+    # The second GPU worker is the second node of DDP training on the first one: same rendezvous host.
+    assert parsed["worker-gpu-2"].command == "ddp-node"
+    host, port = parsed["worker-gpu-2"].rdzv_endpoint.split(":")
+    assert host == services["worker-gpu"]["hostname"] and int(port) > 0
+    assert services["worker-gpu-2"]["environment"]["CUDA_VISIBLE_DEVICES"] == "1"
 
 
 def build_of(service: dict) -> tuple[Path, Path]:
@@ -78,17 +101,19 @@ def build_of(service: dict) -> tuple[Path, Path]:
 
 def test_images_are_built_from_this_repository(services):
     expected = {
-        "worker": (REPO_ROOT, DOCKER_DIR / "Dockerfile.cpu"),
+        "serve": (REPO_ROOT, DOCKER_DIR / "Dockerfile.cpu"),
+        "worker-cpu": (REPO_ROOT, DOCKER_DIR / "Dockerfile.cpu"),
         "prefect-server": (REPO_ROOT, DOCKER_DIR / "Dockerfile.cpu"),
         "worker-gpu": (REPO_ROOT, DOCKER_DIR / "Dockerfile.cuda"),
+        "worker-gpu-2": (REPO_ROOT, DOCKER_DIR / "Dockerfile.cuda"),
         "mlflow": (DOCKER_DIR, DOCKER_DIR / "Dockerfile.mlflow"),
     }
     for name, (context, dockerfile) in expected.items():
         assert build_of(services[name]) == (context, dockerfile), name
         assert dockerfile.is_file(), dockerfile
     # Prefect's server runs the pipeline's own image, so server and client are the same Prefect version.
-    assert services["prefect-server"]["image"] == services["worker"]["image"]
-    assert services["worker-gpu"]["image"] != services["worker"]["image"]
+    assert services["prefect-server"]["image"] == services["serve"]["image"] == services["worker-cpu"]["image"]
+    assert services["worker-gpu"]["image"] == services["worker-gpu-2"]["image"] != services["worker-cpu"]["image"]
 
 
 def test_published_ports_bind_localhost_only(services):
@@ -107,8 +132,7 @@ def test_services_start_once_their_dependencies_are_healthy(services):
     expected = {
         "mlflow": {"postgres"},
         "prefect-server": {"postgres"},
-        "worker": {"mlflow", "prefect-server"},
-        "worker-gpu": {"mlflow", "prefect-server"},
+        **{name: {"mlflow", "prefect-server"} for name in SGT_SERVICES},
     }
     for name, dependencies in expected.items():
         depends_on = services[name]["depends_on"]
@@ -120,7 +144,7 @@ def test_services_start_once_their_dependencies_are_healthy(services):
 
 
 def test_workers_reach_mlflow_and_prefect_by_service_name(services):
-    for name in ("worker", "worker-gpu"):
+    for name in SGT_SERVICES:
         environment = services[name]["environment"]
         mlflow = urlsplit(environment["MLFLOW_TRACKING_URI"])
         assert (mlflow.scheme, mlflow.hostname, mlflow.port) == ("http", "mlflow", 5000), name
@@ -156,7 +180,7 @@ def test_state_and_artifacts_live_on_named_volumes(compose, services):
     assert volume_mounts(services["postgres"])["/var/lib/postgresql/data"][0] in declared
     assert volume_mounts(services["mlflow"])["/mlflow/artifacts"][0] in declared
     assert command_option(services["mlflow"], "--artifacts-destination") == "/mlflow/artifacts"
-    for name in ("worker", "worker-gpu"):
+    for name in SGT_SERVICES:  # one shared volume at one path: every worker finds every stage's artifacts
         artifacts = services[name]["environment"]["SGT_ARTIFACTS"]
         source, read_only = volume_mounts(services[name])[artifacts]
         assert source in declared and not read_only, name
@@ -165,10 +189,13 @@ def test_state_and_artifacts_live_on_named_volumes(compose, services):
         assert volume_mounts(services["mlflow"])[artifacts] == (source, True)
 
 
-def test_gpu_worker_reserves_nvidia_gpus(services):
-    devices = services["worker-gpu"]["deploy"]["resources"]["reservations"]["devices"]
-    assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
-    assert "deploy" not in services["worker"]
+def test_gpu_workers_reserve_nvidia_gpus(services):
+    for name in SGT_SERVICES:
+        if name in GPU_SERVICES:
+            devices = services[name]["deploy"]["resources"]["reservations"]["devices"]
+            assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}], name
+        else:
+            assert "deploy" not in services[name], name
 
 
 def test_env_example_lists_every_variable_with_its_default():
@@ -277,7 +304,7 @@ def test_compose_accepts_the_file(profile):
     checked = subprocess.run([*config, "--quiet"], check=False, capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stderr
     listed = subprocess.run([*config, "--services"], check=False, capture_output=True, text=True, timeout=60)
-    expected = {"postgres", "mlflow", "prefect-server", "worker"} | ({"worker-gpu"} if profile else set())
+    expected = {"postgres", "mlflow", "prefect-server", "serve", "worker-cpu"} | (set(GPU_SERVICES) if profile else set())
     assert set(listed.stdout.split()) == expected
 
 

@@ -49,6 +49,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 import traceback
 from collections import deque
 from dataclasses import dataclass
@@ -160,8 +161,8 @@ def launch(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict:
              distributed["nproc_per_node"], distributed["nnodes"], "s" if distributed["nnodes"] > 1 else "")
     if distributed["nnodes"] > 1:
         log.info("waiting at %s for the other %d node(s); on each, with this checkout and the artifacts at the "
-                 "same paths, run: %s", distributed["rdzv_endpoint"], distributed["nnodes"] - 1,
-                 shlex.join(["python", *command[1:]]))
+                 "same paths, run `sgt ddp-node --rdzv-endpoint %s`, or: %s", distributed["rdzv_endpoint"],
+                 distributed["nnodes"] - 1, distributed["rdzv_endpoint"], shlex.join(["python", *command[1:]]))
     try:
         returncode, tail = _run(command, rank_environment(distributed["nproc_per_node"]))
         result = folder / RESULT_FILE
@@ -172,6 +173,52 @@ def launch(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict:
         for path in folder.iterdir():
             path.unlink()
         folder.rmdir()
+
+
+def pending_launches(train_dir: Path, endpoint: str) -> list[Path]:
+    """The launch files of train stages running under `train_dir` that wait for other nodes at `endpoint`."""
+    pending = []
+    for launch_file in sorted(train_dir.glob(f"*/{LAUNCH_DIR}/{LAUNCH_FILE}")):  # pathlib's `*` matches .tmp-*
+        try:
+            distributed = json.loads(launch_file.read_text())["config"]["train"]["distributed"]
+        except (OSError, ValueError, KeyError):  # being written, or removed as the stage ended
+            continue
+        if distributed["nnodes"] > 1 and distributed["rdzv_endpoint"] == endpoint:
+            pending.append(launch_file)
+    return pending
+
+
+def join_launches(train_dir: Path, endpoint: str, once: bool = False, poll_s: float = 2.0) -> int:
+    """A further node: runs torchrun for each train stage that waits at `endpoint`; returns the last exit status.
+
+    What `sgt ddp-node` runs on every node but the stage's own, so that no one copies a command with a
+    temporary path from a log. It watches the train stages' folders on the shared artifacts file system
+    (the ranks of every node read their inputs and write there, at the same paths) and starts the same
+    torchrun command as the stage (`torchrun_command`, same rendezvous id), whose c10d rendezvous makes it
+    one node of that run. torchrun stays the launcher; this only notices that a run needs it. With `once`
+    it returns after one run; otherwise it serves runs until interrupted, each launch file once.
+    """
+    joined: set[Path] = set()
+    while True:
+        for launch_file in pending_launches(train_dir, endpoint):
+            if launch_file in joined:
+                continue
+            joined.add(launch_file)
+            spec = json.loads(launch_file.read_text())
+            distributed = spec["config"]["train"]["distributed"]
+            command = torchrun_command(distributed, launch_file, rendezvous_id(launch_file.parent))
+            log.info("joining the train stage in %s at %s as one of its %d nodes", spec["out_dir"], endpoint,
+                     distributed["nnodes"])
+            returncode, tail = _run(command, rank_environment(distributed["nproc_per_node"]))
+            if returncode == 0:
+                log.info("the train stage in %s finished", spec["out_dir"])
+            else:
+                log.error("torchrun ended with exit status %d for %s: %s", returncode, spec["out_dir"],
+                          " | ".join(tail[-5:]))
+            if once:
+                return returncode
+        joined &= set(pending_launches(train_dir, endpoint))  # forget runs whose folder is gone
+        time.sleep(poll_s)
 
 
 def _run(command: list[str], environment: dict[str, str]) -> tuple[int, list[str]]:

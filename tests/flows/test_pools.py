@@ -199,6 +199,46 @@ def test_cache_hits_across_workers_and_a_killed_worker(stack):
     assert not any(p.name.startswith(STAGING_PREFIX) for p in train_folder.iterdir())  # the dead writer's removed
 
 
+def test_sgt_serve_pools_makes_ui_runs_use_the_pools(stack):
+    """`sgt serve --pools` (the compose stack's `serve`): a run started with the deployment's defaults, as from
+    the UI with nothing changed, sends its stages to the pools; here train to sgt-cpu, as without a GPU."""
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.serve import DEPLOYMENT_NAME, sgt_run
+
+    served = [*TINY_OVERRIDES, f"orchestration.pools.train={CPU}"]
+    log = (stack.root / "serve.log").open("a")
+    serve = subprocess.Popen([sys.executable, "-m", "flows.cli", "serve", "--pools", *served], env=stack.env,
+                             cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    name = f"{sgt_run.name}/{DEPLOYMENT_NAME}"
+    try:
+        with temporary_settings({PREFECT_API_URL: stack.env["PREFECT_API_URL"]}):
+            with get_client(sync_client=True) as client:
+                deadline = time.monotonic() + STARTUP_TIMEOUT_S
+                while True:
+                    assert serve.poll() is None, f"sgt serve exited\n{stack.logs()}"
+                    try:
+                        deployment = client.read_deployment_by_name(name)
+                        break
+                    except Exception:  # noqa: BLE001 - not registered yet
+                        assert time.monotonic() < deadline, stack.logs()
+                        time.sleep(0.5)
+                assert deployment.parameters == {"overrides": ["orchestration=pools", *served]}
+                train = client.read_deployment_by_name(f"{STAGE_FLOW_NAME}/{deployment_name('train', CPU)}")
+                assert train.work_pool_name == CPU
+            flow_run = run_deployment(name, timeout=RUN_TIMEOUT_S)
+        assert flow_run.state.is_completed(), f"{flow_run.state}\n{stack.logs()}"
+    finally:
+        kill_tree(serve)
+    client = MlflowClient(tracking_uri(stack))
+    experiment = client.get_experiment_by_name("sgt-minesweeper").experiment_id
+    [train_run] = client.search_runs([experiment], "tags.`sgt.stage` = 'train'", order_by=["attributes.start_time DESC"],
+                                     max_results=1)
+    assert train_run.data.tags["sgt.worker"] == f"{CPU}@{HOST}"
+
+
 @pytest.mark.parametrize(("override", "problem"), [
     ("orchestration.pools.train=bad/name", "orchestration.pools.train: must be a work pool name"),
     ("orchestration.start_timeout_s=0", "orchestration.start_timeout_s: must be a number > 0"),

@@ -10,8 +10,7 @@ import json
 import os
 import socket
 import subprocess
-import threading
-import time
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,13 +25,13 @@ from sgt_core.train.distributed import (
     LAUNCH_DIR,
     LAUNCH_FILE,
     Ranks,
+    pending_launches,
     rank_environment,
-    rendezvous_id,
-    torchrun_command,
 )
 from sgt_core.train.stage import WideNetworkTraining, _read_inputs, run_train
 from tests.stage_runner import run_stages
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 BATCH = 16  # the global batch B: 8 target nodes per rank
 EPOCHS = 3  # 72 training nodes: 5 global batches an epoch, 15 optimiser steps in all
 WORLD = 2
@@ -215,28 +214,42 @@ def test_a_failing_rank_is_one_clear_error(upstream, tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing written, the launch folder removed
 
 
-def test_a_second_node_joins_with_the_same_command_at_the_same_endpoint(upstream, tmp_path):
-    """Two torchrun "nodes" of one process each, on this machine, meeting at a c10d rendezvous endpoint."""
+def test_a_second_node_joins_through_sgt_ddp_node_at_the_same_endpoint(upstream, tmp_path):
+    """Two torchrun "nodes" of one process each, on this machine, meeting at a c10d rendezvous endpoint.
+
+    The second node is `sgt ddp-node`, started before the stage as on a real second machine: it finds the
+    stage's launch file under <artifacts>/train and runs torchrun with the stage's command.
+    """
     cfg, inputs = upstream
-    distributed = {"nproc_per_node": 1, "nnodes": 2, "rdzv_endpoint": f"127.0.0.1:{_free_port()}"}
+    endpoint = f"127.0.0.1:{_free_port()}"
+    distributed = {"nproc_per_node": 1, "nnodes": 2, "rdzv_endpoint": endpoint}
     two_nodes = {**cfg, "train": {**cfg["train"], "distributed": distributed}}
-    outcome: dict = {}
+    stage_dir = tmp_path / "artifacts" / "train" / ".tmp-0123456789abcdef-run"
+    stage_dir.mkdir(parents=True)
+    second_node = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "ddp-node", "--rdzv-endpoint", endpoint, "--once",
+         f"paths.artifacts={tmp_path / 'artifacts'}"],
+        cwd=REPO_ROOT, env=rank_environment(1), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        metrics = run_train(two_nodes, inputs, stage_dir)
+        output, _ = second_node.communicate(timeout=180)
+    finally:
+        if second_node.poll() is None:
+            second_node.kill()
+    assert second_node.returncode == 0, output[-3000:]
+    assert "joining the train stage" in output
+    assert metrics["best_epoch"] in range(EPOCHS)
+    assert sorted(path.name for path in stage_dir.iterdir()) == ["history.json", "model.pt", "sampled_degrees.json"]
 
-    def first_node() -> None:  # the train stage, which waits for the second node
-        try:
-            outcome["metrics"] = run_train(two_nodes, inputs, tmp_path)
-        except Exception as error:  # noqa: BLE001 - reported by the assertion below
-            outcome["error"] = error
 
-    stage = threading.Thread(target=first_node)
-    stage.start()
-    launch_file, deadline = tmp_path / LAUNCH_DIR / LAUNCH_FILE, time.monotonic() + 60
-    while not launch_file.exists() and stage.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    # The command the stage logs for the other nodes, run as a second node would run it.
-    second = subprocess.run(torchrun_command(distributed, launch_file, rendezvous_id(launch_file.parent)),
-                            env=rank_environment(1), capture_output=True, text=True, timeout=180, check=False)
-    stage.join(timeout=180)
-    assert "error" not in outcome and second.returncode == 0, (outcome, second.stdout[-3000:])
-    assert outcome["metrics"]["best_epoch"] in range(EPOCHS)
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["history.json", "model.pt", "sampled_degrees.json"]
+def test_sgt_ddp_node_joins_only_runs_at_its_endpoint(tmp_path):
+    """A launch file at another endpoint, or of a one-node run, is not joined; one at the endpoint is."""
+    train_dir = tmp_path / "train"
+    for name, nnodes, endpoint in [("a", 2, "10.0.0.1:29400"), ("b", 2, "10.0.0.2:29400"), ("c", 1, None)]:
+        folder = train_dir / f".tmp-{name}" / LAUNCH_DIR
+        folder.mkdir(parents=True)
+        distributed = {"nproc_per_node": 1, "nnodes": nnodes, "rdzv_endpoint": endpoint}
+        (folder / LAUNCH_FILE).write_text(json.dumps({"config": {"train": {"distributed": distributed}}}))
+    (train_dir / ".tmp-d" / LAUNCH_DIR).mkdir(parents=True)
+    (train_dir / ".tmp-d" / LAUNCH_DIR / LAUNCH_FILE).write_text("{")  # being written
+    assert pending_launches(train_dir, "10.0.0.1:29400") == [train_dir / ".tmp-a" / LAUNCH_DIR / LAUNCH_FILE]
