@@ -363,11 +363,12 @@ path as the stage's node. Examples:
 
 
 def command_ddp_node(endpoint: str, once: bool, overrides: list[str]) -> int:
+    from sgt_core.artifacts import is_url
     from sgt_core.config import compose_config
     from sgt_core.train.distributed import join_launches
 
     artifacts = compose_config(overrides)["paths"]["artifacts"]
-    if "://" in str(artifacts):
+    if is_url(artifacts):
         raise SGTError(f"paths.artifacts={artifacts}: multi-node training needs the artifacts on a shared file "
                        "system at the same path on every node, not an object store")
     train_dir = Path(artifacts).resolve() / "train"

@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-from sgt_core.artifacts import process_exists
+from sgt_core.artifacts import is_url, process_exists
 from sgt_core.errors import ConfigError
 from sgt_core.pipeline import dataset_id
 
@@ -40,11 +40,6 @@ def flatten(value, prefix: str = "") -> dict[str, str]:
 def _owner() -> dict[str, str]:
     """Tags naming the process that writes a run, so a later run can tell whether it died."""
     return {"sgt.host": socket.gethostname(), "sgt.pid": str(os.getpid())}
-
-
-def is_url(location: str) -> bool:
-    """Whether an artifacts root is an object-store URL (`s3://bucket/prefix`) rather than a folder."""
-    return "://" in str(location)
 
 
 def tracking_uri(cfg: dict) -> str:

@@ -346,9 +346,14 @@ def process_exists(pid: int) -> bool:
     return True
 
 
+def is_url(location: str | Path) -> bool:
+    """Whether an artifacts root is an object-store URL (`s3://bucket/prefix`) rather than a folder."""
+    return "://" in str(location)
+
+
 def open_store(root: str | Path) -> ArtifactStore:
     """The artifact store at `root`: a folder (local or a shared file system) or an fsspec URL (`s3://bucket/prefix`)."""
-    if "://" in str(root):
+    if is_url(root):
         return ObjectArtifactStore(str(root))
     return ArtifactStore(Path(root))
 

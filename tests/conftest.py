@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,13 @@ TINY_MODEL = [
     "train.warmup_epochs=1",
 ]
 TINY_OVERRIDES = [*TINY_GRID, *TINY_MODEL]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for servers and rendezvous the tests start)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

@@ -46,6 +46,7 @@ import logging
 import math
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -170,21 +171,20 @@ def launch(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict:
             return json.loads(result.read_text())
         raise _rank_error(folder, returncode, tail, world)
     finally:
-        for path in folder.iterdir():
-            path.unlink()
-        folder.rmdir()
+        shutil.rmtree(folder)
 
 
-def pending_launches(train_dir: Path, endpoint: str) -> list[Path]:
-    """The launch files of train stages running under `train_dir` that wait for other nodes at `endpoint`."""
-    pending = []
+def pending_launches(train_dir: Path, endpoint: str) -> dict[Path, dict]:
+    """The launch files (and their `train.distributed`) of train stages running under `train_dir` that wait
+    for other nodes at `endpoint`."""
+    pending = {}
     for launch_file in sorted(train_dir.glob(f"*/{LAUNCH_DIR}/{LAUNCH_FILE}")):  # pathlib's `*` matches .tmp-*
         try:
             distributed = json.loads(launch_file.read_text())["config"]["train"]["distributed"]
         except (OSError, ValueError, KeyError):  # being written, or removed as the stage ended
             continue
         if distributed["nnodes"] > 1 and distributed["rdzv_endpoint"] == endpoint:
-            pending.append(launch_file)
+            pending[launch_file] = distributed
     return pending
 
 
@@ -200,24 +200,24 @@ def join_launches(train_dir: Path, endpoint: str, once: bool = False, poll_s: fl
     """
     joined: set[Path] = set()
     while True:
-        for launch_file in pending_launches(train_dir, endpoint):
+        pending = pending_launches(train_dir, endpoint)
+        joined &= pending.keys()  # forget runs whose folder is gone
+        for launch_file, distributed in pending.items():
             if launch_file in joined:
                 continue
             joined.add(launch_file)
-            spec = json.loads(launch_file.read_text())
-            distributed = spec["config"]["train"]["distributed"]
+            stage_dir = launch_file.parent.parent
             command = torchrun_command(distributed, launch_file, rendezvous_id(launch_file.parent))
-            log.info("joining the train stage in %s at %s as one of its %d nodes", spec["out_dir"], endpoint,
+            log.info("joining the train stage in %s at %s as one of its %d nodes", stage_dir, endpoint,
                      distributed["nnodes"])
             returncode, tail = _run(command, rank_environment(distributed["nproc_per_node"]))
             if returncode == 0:
-                log.info("the train stage in %s finished", spec["out_dir"])
+                log.info("the train stage in %s finished", stage_dir)
             else:
-                log.error("torchrun ended with exit status %d for %s: %s", returncode, spec["out_dir"],
+                log.error("torchrun ended with exit status %d for %s: %s", returncode, stage_dir,
                           " | ".join(tail[-5:]))
             if once:
                 return returncode
-        joined &= set(pending_launches(train_dir, endpoint))  # forget runs whose folder is gone
         time.sleep(poll_s)
 
 

@@ -24,7 +24,7 @@ from flows.workers import worker_command, worker_environment, worker_name
 from sgt_core.artifacts import STAGING_PREFIX, ArtifactStore
 from sgt_core.config import STAGE_NAMES, compose_config
 from sgt_core.pipeline import stage_keys
-from tests.conftest import REPO_ROOT, TINY_OVERRIDES
+from tests.conftest import REPO_ROOT, TINY_OVERRIDES, free_port
 
 CPU, GPU = "sgt-cpu", "sgt-gpu"
 HOST = socket.gethostname()
@@ -33,12 +33,6 @@ RUN_TIMEOUT_S = 480
 # the other, and train runs on sgt-cpu.
 SWAPPED = [*(f"orchestration.pools.{stage}={GPU}" for stage in ("preprocess", "estimate", "export")),
            f"orchestration.pools.train={CPU}"]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def kill_tree(process: subprocess.Popen) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +28,7 @@ from sgt_core.train.distributed import (
     rank_environment,
 )
 from sgt_core.train.stage import WideNetworkTraining, _read_inputs, run_train
+from tests.conftest import free_port
 from tests.stage_runner import run_stages
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -43,12 +43,6 @@ OVERRIDES = [f"train.batch_size={BATCH}", "model.dropout=0", f"train.epochs={EPO
 def upstream(tmp_path_factory) -> tuple[dict, dict[str, Path]]:
     cfg, outputs = run_stages(tmp_path_factory.mktemp("ddp"), OVERRIDES, until="export")
     return cfg, {name: outputs[name] for name in ("preprocess", "export")}
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _build_in_float64(cfg: dict, graph, scores) -> WideNetworkTraining:
@@ -128,7 +122,7 @@ def _merge(batches: list[tuple[torch.Tensor, list[SampledLayer]]]) -> tuple[torc
 
 def test_two_gloo_ranks_train_and_evaluate_as_one_process_with_their_samples(upstream, tmp_path):
     cfg, inputs = upstream
-    mp.spawn(_train_rank, args=(_free_port(), cfg, inputs, tmp_path), nprocs=WORLD, join=True)
+    mp.spawn(_train_rank, args=(free_port(), cfg, inputs, tmp_path), nprocs=WORLD, join=True)
     results = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=False) for rank in range(WORLD)]
     for key, value in results[0]["state"].items():  # DDP keeps the replicas identical
         assert torch.equal(value, results[1]["state"][key]), key
@@ -221,7 +215,7 @@ def test_a_second_node_joins_through_sgt_ddp_node_at_the_same_endpoint(upstream,
     stage's launch file under <artifacts>/train and runs torchrun with the stage's command.
     """
     cfg, inputs = upstream
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     distributed = {"nproc_per_node": 1, "nnodes": 2, "rdzv_endpoint": endpoint}
     two_nodes = {**cfg, "train": {**cfg["train"], "distributed": distributed}}
     stage_dir = tmp_path / "artifacts" / "train" / ".tmp-0123456789abcdef-run"
@@ -252,4 +246,4 @@ def test_sgt_ddp_node_joins_only_runs_at_its_endpoint(tmp_path):
         (folder / LAUNCH_FILE).write_text(json.dumps({"config": {"train": {"distributed": distributed}}}))
     (train_dir / ".tmp-d" / LAUNCH_DIR).mkdir(parents=True)
     (train_dir / ".tmp-d" / LAUNCH_DIR / LAUNCH_FILE).write_text("{")  # being written
-    assert pending_launches(train_dir, "10.0.0.1:29400") == [train_dir / ".tmp-a" / LAUNCH_DIR / LAUNCH_FILE]
+    assert list(pending_launches(train_dir, "10.0.0.1:29400")) == [train_dir / ".tmp-a" / LAUNCH_DIR / LAUNCH_FILE]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ import pytest
 
 from flows.serve import DEPLOYMENT_NAME, sgt_run
 from flows.ui import STARTUP_TIMEOUT_S, prefect_api_url, wait_until_up
-from tests.conftest import REPO_ROOT, TINY_OVERRIDES
+from tests.conftest import REPO_ROOT, TINY_OVERRIDES, free_port
 
 DEPLOYMENT = f"{sgt_run.name}/{DEPLOYMENT_NAME}"
 RUN_TIMEOUT_S = 600
@@ -47,12 +46,6 @@ class UIStack:
 
         with temporary_settings({PREFECT_API_URL: self.api_url}):
             return run_deployment(DEPLOYMENT, parameters=parameters, timeout=RUN_TIMEOUT_S, poll_interval=1)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def start_sgt(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
