@@ -3,11 +3,12 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+KERNELS := $(VENV)/.kernels
 ARGS ?=
 
-.PHONY: setup run test test-slow test-ui ui bench bench-scale scores lint lint-docker clean
+.PHONY: setup run test test-all test-slow test-ui ui bench bench-scale scores lint lint-docker clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(KERNELS)
 
 # torch first and pinned, so nothing resolves a CUDA build; then the project in editable mode.
 $(STAMP): pyproject.toml
@@ -17,11 +18,23 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The C++ CPU kernels, built now rather than by the first stage that needs them (about a minute, cached
+# under ~/.cache/sgt/kernels); a failed build is not fatal, the torch kernels then run.
+$(KERNELS): $(STAMP) sgt_core/kernels/attention.cpp
+	$(BIN)/python -m sgt_core.kernels.build || true
+	touch $(KERNELS)
+
 run: setup
 	$(BIN)/sgt run $(ARGS)
 
+# The quick default (what CI runs, .ci/run): unit and stage tests, one real Prefect end-to-end flow, the work
+# pools, the object store and DDP. `make test-all` adds the tests marked e2e and server (further whole
+# pipeline runs, real `sgt ui` / `sgt serve` servers) and the real-data ones (slow); not the browser (test-ui).
 test: setup
 	$(BIN)/pytest
+
+test-all: setup
+	$(BIN)/pytest -m 'not ui and not bench'
 
 test-slow: setup
 	$(BIN)/pytest -m slow

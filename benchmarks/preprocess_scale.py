@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import inspect
 import json
 import pstats
 import sys
@@ -33,6 +32,7 @@ import torch
 from torch_geometric.data import Data
 
 from flows.memory import status_mb
+from sgt_core.config.preprocess import ExpanderConfig
 from sgt_core.preprocess.builder import build_interaction_graph
 from sgt_core.preprocess.degrees import in_degree_histograms
 from sgt_core.preprocess.stage import _graph_statistics
@@ -97,12 +97,8 @@ def run_steps(args: argparse.Namespace, out_dir: Path) -> list[dict]:
         return result
 
     graph = step("generate", lambda: random_graph(args.nodes, args.degree, args.seed))
-    options = {"self_loops": True, "expander_degree": args.expander_degree, "ramanujan_slack": 0.1,
-               "expander_max_tries": 20, "virtual_nodes": 0, "seed": args.seed, "per_component": False}
-    # The stage builds the stored (compact) dtypes directly where the builder offers it; older builders
-    # do not, and the script still measures them.
-    if "compact" in inspect.signature(build_interaction_graph).parameters:
-        options["compact"] = True
+    expander = ExpanderConfig(degree=args.expander_degree, ramanujan_slack=0.1, max_tries=20, per_component=False)
+    options = {"self_loops": True, "expander": expander, "virtual_nodes": 0, "seed": args.seed, "compact": True}
     interaction_graph = step("build", lambda: build_interaction_graph(graph, **options))
     records[-1].update({key: round(value, 3) for key, value in interaction_graph.stats.items()
                         if key.startswith(("seconds_", "expander_"))})

@@ -30,7 +30,7 @@ from sgt_core.config import compose_config
 from sgt_core.export.scores import SCORES_DIR, read_attention_scores
 from sgt_core.kernels import cpu_kernels
 from sgt_core.metrics import metric_name
-from sgt_core.pipeline import STAGES, stage_keys
+from sgt_core.pipeline import STAGES, stage_environment, stage_keys
 from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE, InteractionGraph
 from sgt_core.sampling import sample_neighbours
 
@@ -46,13 +46,13 @@ DATASETS = {
 }
 VARIANTS = {
     "spexphormer": [],
-    "uniform": ["train.sampler=uniform"],
-    "topk": ["train.sampler=topk"],
+    "uniform": ["sampler=uniform"],
+    "topk": ["sampler=topk"],
     "no_temperature": ["estimator.temperature.anneal=false"],
     "no_layer_norm": ["estimator.layer_norm=false"],
     # the paper's estimator, with layer norm (the Minesweeper and Tolokers presets leave it out)
     "layer_norm": ["estimator.layer_norm=true"],
-    "exphormer": ["train.sampler=full"],
+    "exphormer": ["sampler=full"],
     # Algorithm 2's neighbourhood batches (the paper's Figure 5: memory and time per epoch against batch size)
     "batch_2000": ["train.batch_size=2000"],
     "batch_1000": ["train.batch_size=1000"],
@@ -125,8 +125,11 @@ def _watch_ranks(process, peaks: dict[int, float]) -> None:
 
 
 def run_in_process(module: str, first_argument: str | None, cfg: dict, *arguments: str,
-                   memory_limit_mb: float | None = None, time_limit_s: float | None = None) -> dict:
+                   memory_limit_mb: float | None = None, time_limit_s: float | None = None,
+                   environment: dict[str, str] | None = None) -> dict:
     """Runs `python -m module [first_argument] CONFIG.json *arguments` in a fresh process; its last line, as JSON.
+
+    The process starts with this one's environment plus `environment` (e.g. the stage's, `stage_environment`).
 
     The peaks of the DDP ranks it starts (the train stage on several processes) are added to that JSON
     as `rank_peaks_mb`, in order of their process ids.
@@ -145,7 +148,7 @@ def run_in_process(module: str, first_argument: str | None, cfg: dict, *argument
         handle.flush()
         process = subprocess.Popen(
             [sys.executable, "-m", module, *([first_argument] if first_argument else []), handle.name, *arguments],
-            stdout=stdout, stderr=stderr, text=True, cwd=REPO,
+            stdout=stdout, stderr=stderr, text=True, cwd=REPO, env={**os.environ, **(environment or {})},
         )
         watched, peak_mb, started = psutil.Process(process.pid), 0.0, time.monotonic()
         rank_peaks: dict[int, float] = {}
@@ -185,7 +188,8 @@ def run_stage(store: ArtifactStore, stage, cfg: dict, keys: dict, memory_limit_m
     with store.writing(stage.name, key) as staging:
         upstream = [f"{name}={store.path(name, keys[name])}" for name in stage.upstream]
         result = run_in_process("benchmarks.stage_process", stage.name, cfg, str(staging), *upstream,
-                                memory_limit_mb=memory_limit_mb, time_limit_s=time_limit_s)
+                                memory_limit_mb=memory_limit_mb, time_limit_s=time_limit_s,
+                                environment=stage_environment(stage, cfg))
         (staging / "bench.json").write_text(json.dumps(result))
         store.finish(staging, result["metrics"], {"stage": stage.name, "key": key, "benchmark": True})
     return result
@@ -218,7 +222,7 @@ def run_one(store: ArtifactStore, dataset: str, variant: str, seed: int) -> dict
         "train_peak_mb": max(rank_peaks),
         "processes": cfg["train"]["distributed"]["nproc_per_node"] * cfg["train"]["distributed"]["nnodes"],
         "train_rank_peaks_mb": " / ".join(f"{peak:.0f}" for peak in rank_peaks),
-        "edge_percent": edge_percent(graph, cfg["model"]["degrees"], cfg["train"]["sampler"]),
+        "edge_percent": edge_percent(graph, cfg["model"]["degrees"], cfg["sampler"]["method"]),
         "interaction_edges": graph.num_edges,
     }
 
@@ -278,9 +282,12 @@ def epoch_memory(store: ArtifactStore, dataset: str, batch_sizes: list[int | Non
         if stage.name != "train":
             run_stage(store, stage, cfg, keys)
     upstream = [str(store.path(name, keys[name])) for name in ("preprocess", "export")]
+    # Every block of 64 KiB or more gets its own mapping, returned to the system when freed: the resident
+    # set then follows live tensors instead of what a fragmented heap happens to keep.
+    environment = {"MALLOC_MMAP_THRESHOLD_": str(64 * 1024)}
     return [{"dataset": dataset, **run_in_process("benchmarks.step_memory", None,
                                                   {**cfg, "train": {**cfg["train"], "batch_size": batch_size}},
-                                                  *upstream)}
+                                                  *upstream, environment=environment)}
             for batch_size in batch_sizes]
 
 

@@ -6,7 +6,8 @@ The train stage's peak RSS also holds the interpreter, torch, the interaction gr
 on graphs of Minesweeper's size outweigh a whole full-graph training step; the paper's Figure 5 is about
 the step. So this process builds what the train stage builds (`WideNetworkTraining`), then resets its
 high-water mark (VmHWM, through /proc/self/clear_refs) and trains a few epochs: what it reports is the
-memory the epochs add on top of the loaded data, and their time.
+memory the epochs add on top of the loaded data, and their time. `make bench` starts it with glibc's
+MALLOC_MMAP_THRESHOLD_ at 64 KiB (benchmarks/run.py), so that its resident set follows live tensors.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from flows.memory import status_mb
 from sgt_core.export.scores import SCORES_DIR, read_attention_scores
 from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE, InteractionGraph
 from sgt_core.seeding import seed_everything
-from sgt_core.train.allocator import set_mmap_threshold
 from sgt_core.train.stage import WideNetworkTraining
 
 EPOCHS = 3
@@ -31,9 +31,6 @@ EPOCHS = 3
 def main(argv: list[str]) -> None:
     config_path, preprocess_dir, export_dir = argv
     cfg = json.loads(Path(config_path).read_text())
-    # Every block of 64 KiB or more gets its own mapping, returned to the system when freed: the resident
-    # set then follows live tensors instead of what a fragmented heap happens to keep.
-    set_mmap_threshold(64)
     seed_everything(cfg["seed"])
     graph = InteractionGraph.load(Path(preprocess_dir) / INTERACTION_GRAPH_FILE)
     scores = read_attention_scores(Path(export_dir) / SCORES_DIR, graph.edge_index)

@@ -45,7 +45,7 @@ time and cache hit, and the artifact folders. Without overrides: the newest run 
 with overrides: the newest run of that configuration (paths.*, mlflow.* and stage only locate the store).
 Examples:
   sgt report                                # newest run in artifacts/mlflow.db
-  sgt report train.lr=0.02                  # newest run of that configuration
+  sgt report optimizer.lr=0.02              # newest run of that configuration
   sgt report --run-id 3f2a...               # one run by its MLflow run id
   sgt report paths.artifacts=/data/sgt --json
 """
@@ -112,27 +112,8 @@ def _is_expected(error: BaseException) -> bool:
                for cause in _causes(error))
 
 
-def preflight(overrides: list[str]) -> dict:
-    """Checks the config and the dataset before any stage runs or any run is recorded."""
-    from flows.tracking import tracking_uri
-    from sgt_core.artifacts import open_store
-    from sgt_core.config import compose_config
-    from sgt_core.data import load_dataset
-    from sgt_core.pipeline import stage_keys
-
-    cfg = compose_config(overrides)
-    keys = stage_keys(cfg)
-    tracking_uri(cfg)  # an object-store artifacts root needs an MLflow store named elsewhere
-    store = open_store(cfg["paths"]["artifacts"])
-    if cfg["stage"] in ("all", "preprocess") and not (
-        cfg["stage"] == "all" and store.is_complete("preprocess", keys["preprocess"])
-    ):
-        load_dataset(cfg["dataset"], seed=cfg["seed"])  # raises DatasetError naming the file and problem
-    return cfg
-
-
 def expand_sweeps(overrides: list[str]) -> list[list[str]]:
-    """Hydra sweep syntax (`seed=0,1,2`, `train.sampler=reservoir,uniform`) -> one override list per run."""
+    """Hydra sweep syntax (`seed=0,1,2`, `sampler=reservoir,uniform`) -> one override list per run."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -153,6 +134,8 @@ def expand_sweeps(overrides: list[str]) -> list[list[str]]:
 
 
 def command_run(overrides: list[str], multirun: bool = False) -> int:
+    from flows.preflight import preflight
+
     runs = expand_sweeps(overrides) if multirun else [overrides]
     configs = [preflight(run_overrides) for run_overrides in runs]  # all checked before the first run
     if any(cfg["orchestration"]["mode"] == "pools" for cfg in configs) and not _prefect_api_url_set():
@@ -164,6 +147,7 @@ def command_run(overrides: list[str], multirun: bool = False) -> int:
 
         warm_up()  # the stages' process server starts while Prefect's does
     from flows.pipeline import sgt_pipeline
+    from flows.report import format_metric
 
     results = []
     for run_overrides in runs:
@@ -186,11 +170,6 @@ def _prefect_api_url_set() -> bool:
     from prefect.settings import PREFECT_API_URL
 
     return bool(PREFECT_API_URL.value())
-
-
-def format_metric(value: float | str) -> str:
-    """A metric to four decimals; a word (`undefined`, on a split whose labels leave the metric undefined) as is."""
-    return f"{value:.4f}" if isinstance(value, (int, float)) else str(value)
 
 
 def print_sweep_summary(results: list[tuple[list[str], dict]]) -> None:
@@ -349,7 +328,6 @@ def command_workers(pools: list[str] | None, api_url: str | None, name: str | No
         raise SGTError("--name: names one worker; give a single --pool with it")
     run_workers(pools, _use_prefect_api(api_url), name)
     return 0
-
 
 DDP_NODE_HELP = """\
 Runs as a further node of multi-node DDP training (train.distributed.nnodes > 1): waits for train stages

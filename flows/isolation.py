@@ -8,10 +8,15 @@ run no torch operation, so forking it is safe (no OpenMP or CUDA state to inheri
 What crosses the process boundary: the config, input folders and output folder in; the stage's metrics
 and its peak RSS out; its log records, re-emitted in the flow's process under their own logger names
 (Prefect captures them into the task run's logs); its exception, re-raised as the same type.
+
+A stage whose process needs an environment of its own from the start (`stage_environment`: glibc's
+malloc settings, read once as a process starts, which a fork inherits instead) is spawned afresh with it
+instead, at the cost of importing torch and the stages again (seconds).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import logging.handlers
 import multiprocessing
@@ -25,11 +30,12 @@ from pathlib import Path
 
 from flows.memory import status_mb
 from sgt_core.errors import SGTError
-from sgt_core.pipeline import STAGE_BY_NAME, STAGES
+from sgt_core.pipeline import STAGE_BY_NAME, STAGES, stage_environment
 
 log = logging.getLogger("sgt")
 
 _POLL_SECONDS = 0.1  # how often the flow's process forwards the stage's log records while it waits
+_ENVIRONMENT_LOCK = threading.Lock()  # one process started with extra variables at a time
 
 
 class StageProcessDied(SGTError):
@@ -41,6 +47,29 @@ def _context() -> multiprocessing.context.ForkServerContext:
     # Importing the stage modules once in the server is what makes each stage's start cheap.
     context.set_forkserver_preload([__name__, *sorted({stage.run.__module__ for stage in STAGES})])
     return context
+
+
+@contextlib.contextmanager
+def _environment_at_start(variables: dict[str, str]):
+    """This process's environment plus `variables` while a spawned process starts, which inherits it.
+
+    multiprocessing starts a process with this process's environment and takes no other; the variables
+    are removed again (or restored) as soon as it has started.
+    """
+    if not variables:
+        yield
+        return
+    with _ENVIRONMENT_LOCK:
+        saved = {name: os.environ.get(name) for name in variables}
+        os.environ.update(variables)
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 def warm_up() -> threading.Thread:
@@ -97,14 +126,17 @@ def run_stage_in_process(name: str, cfg: dict, inputs: dict[str, Path], out_dir:
 
     `on_start(pid)` is called once the process exists (the memory sampler follows it). An exception in
     the stage is re-raised here as the same type; a process that dies without a word (SIGKILL, out of
-    memory) raises StageProcessDied; Ctrl-C here terminates the stage process too.
+    memory) raises StageProcessDied; Ctrl-C here terminates the stage process too. A stage with variables
+    of its own (`stage_environment`) is spawned with them rather than forked from the server.
     """
-    context = _context()
+    variables = stage_environment(STAGE_BY_NAME[name], cfg)
+    context = multiprocessing.get_context("spawn") if variables else _context()
     receiving, sending = context.Pipe(duplex=False)
     records = context.Queue()
     process = context.Process(target=_stage_main, name=f"sgt-{name}",
-                              args=(name, cfg, inputs, out_dir, dict(os.environ), sending, records))
-    process.start()
+                              args=(name, cfg, inputs, out_dir, {**os.environ, **variables}, sending, records))
+    with _environment_at_start(variables):
+        process.start()
     sending.close()  # ours; the child's copy is the only writer left, so its death reads as EOF
     message = None
     try:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from prefect import flow, runtime
 
-from flows.pipeline import WORKER_TAG, run_stage
+from flows.stage_run import WORKER_TAG, run_stage
 from flows.tracking import Tracker
 from sgt_core.artifacts import fingerprint, open_store
 from sgt_core.errors import SGTError

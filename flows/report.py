@@ -1,4 +1,5 @@
-"""Reading a pipeline run back from MLflow for `sgt report`: its config, metrics, timings and artifacts."""
+"""Reading a pipeline run back from MLflow for `sgt report`: its config, metrics, timings and artifacts; and
+how a metric is printed."""
 
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ from flows.tracking import tracking_uri
 from sgt_core.config import STAGE_NAMES, compose_config
 from sgt_core.errors import SGTError
 from sgt_core.pipeline import stage_keys
+
+
+def format_metric(value: float | str) -> str:
+    """A metric to four decimals; a word (`undefined`, on a split whose labels leave the metric undefined) as is."""
+    return f"{value:.4f}" if isinstance(value, (int, float)) else str(value)
 
 
 def selects_configuration(overrides: list[str]) -> bool:

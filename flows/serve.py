@@ -6,8 +6,9 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.states import Failed, State
 
-from flows.cli import format_metric, preflight
 from flows.pipeline import sgt_pipeline
+from flows.preflight import preflight
+from flows.report import format_metric
 from sgt_core.errors import SGTError
 
 DEPLOYMENT_NAME = "sgt"  # triggered as "sgt-run/sgt": <flow name>/<deployment name>

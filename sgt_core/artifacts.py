@@ -57,9 +57,9 @@ def file_fingerprint(path: Path) -> str:
 # The sgt_core folder: the modules a stage imports are looked up, and hashed, under it.
 PACKAGE_ROOT = Path(__file__).resolve().parent
 PACKAGE = PACKAGE_ROOT.name
-# Sources that modules read at run time instead of importing: the C kernels that sgt_core/kernels/library.py
+# Sources that modules read at run time instead of importing: the C++ kernels that sgt_core/kernels/library.py
 # compiles. Those beside any module of a stage's import closure count as part of its code.
-RUNTIME_SOURCE_SUFFIXES = (".c", ".h")
+RUNTIME_SOURCE_SUFFIXES = (".cpp", ".h")
 
 
 def module_file(module: str, root: Path = PACKAGE_ROOT) -> Path | None:

@@ -64,20 +64,20 @@ class AdamW:
 
 
 class CosineWithWarmup:
-    """Linear warm-up over `warmup_epochs`, then cosine decay to zero at `total_epochs` (stepped per epoch).
+    """Linear warm-up over `warmup_epochs`, then cosine decay to zero at `epochs` (stepped per epoch).
 
     Sets `optimizer.lr` to `optimizer.base_lr` times the factor of the current epoch, starting at epoch 0.
     """
 
-    def __init__(self, optimizer: AdamW, warmup_epochs: int, total_epochs: int) -> None:
-        self.optimizer, self.warmup_epochs, self.total_epochs = optimizer, warmup_epochs, total_epochs
+    def __init__(self, optimizer: AdamW, warmup_epochs: int, epochs: int) -> None:
+        self.optimizer, self.warmup_epochs, self.epochs = optimizer, warmup_epochs, epochs
         self.epoch = 0
         optimizer.lr = optimizer.base_lr * self.factor(0)
 
     def factor(self, epoch: int) -> float:
         if epoch < self.warmup_epochs:
             return (epoch + 1) / (self.warmup_epochs + 1)
-        progress = (epoch - self.warmup_epochs) / max(1, self.total_epochs - self.warmup_epochs)
+        progress = (epoch - self.warmup_epochs) / max(1, self.epochs - self.warmup_epochs)
         return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
 
     def step(self) -> None:

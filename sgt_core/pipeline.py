@@ -8,12 +8,12 @@ from pathlib import Path
 
 import torch
 
+from sgt_core import kernels
 from sgt_core.artifacts import PACKAGE_ROOT, code_files, code_version, file_fingerprint, fingerprint
 from sgt_core.data.tables import table_paths
 from sgt_core.errors import ConfigError, DatasetError
 from sgt_core.estimate.stage import run_estimate
 from sgt_core.export.stage import run_export
-from sgt_core.kernels import cpu_kernels
 from sgt_core.preprocess.stage import run_preprocess
 from sgt_core.train.stage import resolve_device, run_train
 
@@ -56,18 +56,21 @@ STAGES: tuple[Stage, ...] = (
     Stage("preprocess", run_preprocess, ("dataset", "preprocess", "seed"), ()),
     Stage("estimate", run_estimate, ("estimator", "seed"), ("preprocess",), kernel_device="cpu"),
     Stage("export", run_export, ("export",), ("preprocess", "estimate")),
-    Stage("train", run_train, ("model", "train", "seed"), ("preprocess", "export"), kernel_device="train.device"),
+    Stage("train", run_train, ("model", "sampler", "optimizer", "train", "seed"), ("preprocess", "export"),
+          kernel_device="train.device"),
 )
 STAGE_BY_NAME = {stage.name: stage for stage in STAGES}
 
 
 def kernel_backend(requested: str) -> str:
-    """Which attention kernels run on a device setting (auto/cpu/cuda): "cuda", "compiled" or "torch".
+    """Which attention kernels run on a device setting (auto/cpu/cuda): "cuda", "compiled",
+    "compiled-native" (SGT_KERNELS_NATIVE=1) or "torch".
 
-    They draw different random streams (the compiled kernels seed their own generator per call), so the
-    same config gives different results on each. On CUDA the torch kernels run; on the CPU the compiled
-    ones unless they are switched off (SGT_CPU_KERNELS=0) or cannot be built. `cpu_kernels()` answers
-    that as the stage will: it never raises, and compiles once per machine (~1 s), then loads in ms.
+    They draw different random streams (the compiled kernels seed their own generator per call), and the
+    native build's sums round differently, so the same config gives different results on each. On CUDA
+    the torch kernels run; on the CPU the compiled ones unless they are switched off (SGT_CPU_KERNELS=0)
+    or cannot be built. `kernels.backend()` answers that as the stage will: it never raises, and builds
+    once per machine (about a minute, or ahead of time by `make setup`), then loads in milliseconds.
     """
     try:
         device = resolve_device(requested)
@@ -75,7 +78,7 @@ def kernel_backend(requested: str) -> str:
         device = torch.device(requested)
     if device.type != "cpu":
         return device.type
-    return "compiled" if cpu_kernels() is not None else "torch"
+    return kernels.backend()
 
 
 def stage_device(stage: Stage, cfg: dict) -> str:
@@ -84,6 +87,19 @@ def stage_device(stage: Stage, cfg: dict) -> str:
         return "cpu"
     section, option = stage.kernel_device.split(".")
     return cfg[section][option]
+
+
+def stage_environment(stage: Stage, cfg: dict) -> dict[str, str]:
+    """Environment variables the stage's process starts with: settings that hold for a whole process.
+
+    `train.malloc_mmap_threshold_kb` is glibc's `MALLOC_MMAP_THRESHOLD_` (in bytes) for the train stage:
+    malloc reads it once, as the process starts, so it holds for that stage's process alone, never for
+    the flow's or a later run's. Whoever starts the stage's process sets them (flows/isolation.py, the
+    benchmarks); a stage run inline in another process cannot have them.
+    """
+    if stage.name == "train" and cfg["train"]["malloc_mmap_threshold_kb"] is not None:
+        return {"MALLOC_MMAP_THRESHOLD_": str(cfg["train"]["malloc_mmap_threshold_kb"] * 1024)}
+    return {}
 
 
 def dataset_fingerprint(dataset_cfg: dict) -> str | None:

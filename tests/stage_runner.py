@@ -1,7 +1,8 @@
-"""Runs the plain stage functions on a tiny config, without Prefect or MLflow, for stage-level tests."""
+"""Runs the plain stage functions in pipeline order, without Prefect or MLflow, for stage-level tests."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from sgt_core.config import compose_config
@@ -9,14 +10,19 @@ from sgt_core.pipeline import STAGES
 from tests.conftest import TINY_OVERRIDES
 
 
-def run_stages(root: Path, overrides: list[str] = (), until: str = "train") -> tuple[dict, dict[str, Path]]:
-    """Runs preprocess..`until` into root/<stage>/; returns the config and each stage's output folder."""
-    cfg = compose_config([*TINY_OVERRIDES, *overrides])
+def run_stages(root: Path, overrides: Sequence[str] = (), until: str = "train",
+               base: Sequence[str] = TINY_OVERRIDES) -> tuple[dict, dict[str, Path], dict[str, dict]]:
+    """Runs preprocess..`until` into root/<stage>/ on the config of `base` + `overrides` (tiny by default).
+
+    Returns the config, each stage's output folder and each stage's metrics.
+    """
+    cfg = compose_config([*base, *overrides])
     outputs: dict[str, Path] = {}
+    metrics: dict[str, dict] = {}
     for stage in STAGES:
         outputs[stage.name] = root / stage.name
         outputs[stage.name].mkdir(parents=True)
-        stage.run(cfg, {name: outputs[name] for name in stage.upstream}, outputs[stage.name])
+        metrics[stage.name] = stage.run(cfg, {name: outputs[name] for name in stage.upstream}, outputs[stage.name])
         if stage.name == until:
             break
-    return cfg, outputs
+    return cfg, outputs, metrics

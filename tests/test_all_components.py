@@ -2,30 +2,26 @@
 
 from __future__ import annotations
 
+import json
+
 import duckdb
 import pytest
 
 from sgt_core.config import compose_config
 from sgt_core.errors import ConfigError
 from sgt_core.export.scores import SCORES_DIR, scores_glob
-from sgt_core.pipeline import STAGES
 from sgt_core.preprocess.interaction_graph import EDGE_TYPES, INTERACTION_GRAPH_FILE, InteractionGraph
 from sgt_core.preprocess.substructure_tokens import SUBSTRUCTURES_FILE
+from sgt_core.train.stage import HISTORY_FILE
 from tests.conftest import TINY_OVERRIDES
+from tests.stage_runner import run_stages
 
 PRESET = ["+experiment=all_components", *TINY_OVERRIDES]
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("all_components")
-    cfg = compose_config(PRESET)
-    outputs, metrics = {}, {}
-    for stage in STAGES:
-        outputs[stage.name] = root / stage.name
-        outputs[stage.name].mkdir()
-        metrics[stage.name] = stage.run(cfg, {name: outputs[name] for name in stage.upstream}, outputs[stage.name])
-    return cfg, outputs, metrics
+    return run_stages(tmp_path_factory.mktemp("all_components"), PRESET, base=())
 
 
 def test_preset_switches_every_component_on():
@@ -62,10 +58,23 @@ def test_preprocess_reports_anchor_khop_and_token_counts(run):
     assert (outputs["preprocess"] / SUBSTRUCTURES_FILE).is_file()  # the cached substructures
 
 
-def test_both_networks_train_with_every_component(run):
+@pytest.mark.parametrize("stage", ["estimate", "train"])
+def test_both_networks_train_with_every_component_and_report_their_best_epoch(run, stage):
+    # On this 12x12 grid after a few epochs the ROC-AUCs are near chance (0.27-0.76 over seeds 0-2), so
+    # what is checked is that the reported metrics are the best validation epoch's, as the history says.
+    cfg, outputs, metrics = run
+    history = json.loads((outputs[stage] / HISTORY_FILE).read_text())
+    epochs = cfg["estimator" if stage == "estimate" else "train"]["epochs"]
+    assert [row["epoch"] for row in history] == list(range(epochs))
+    val = [row["val_roc_auc"] for row in history]
+    best = metrics[stage]["best_epoch"]
+    assert metrics[stage]["selected_by"] == "val_roc_auc"
+    assert best == val.index(max(val)) and metrics[stage]["val_roc_auc"] == val[best]
+    assert isinstance(metrics[stage]["test_roc_auc"], float)
+
+
+def test_export_reports_every_edge_types_attention_mass(run):
     _, _, metrics = run
-    assert 0.0 <= metrics["estimate"]["test_roc_auc"] <= 1.0
-    assert 0.0 <= metrics["train"]["test_roc_auc"] <= 1.0
     assert all(f"mass_{name}_layer_0" in metrics["export"] for name in EDGE_TYPES)
 
 

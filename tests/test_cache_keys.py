@@ -61,7 +61,7 @@ def fresh_kernels():
 def test_model_stages_cover_the_optimizer_and_the_c_kernels(name):
     files = stage(name).code_files()
     assert "sgt_core/optim.py" in files  # missing from the hand-kept lists before
-    assert "sgt_core/kernels/attention.c" in files  # compiled at run time, never imported
+    assert "sgt_core/kernels/attention.cpp" in files  # compiled at run time, never imported
     assert "sgt_core/models/spexphormer.py" in files
     assert f"sgt_core/{name}/stage.py" in files and "sgt_core/__init__.py" in files
 
@@ -75,8 +75,8 @@ def test_the_preprocess_closure_leaves_out_the_later_stages():
 
 
 def test_the_preprocess_closure_leaves_out_the_networks_and_samplers():
-    # so that editing a model does not recompute every graph (preprocess's degree histograms live in
-    # sgt_core/preprocess/degrees.py, away from the sampling package, which imports the models)
+    # so that editing a model or a sampler does not recompute every graph (preprocess's degree histograms
+    # live in sgt_core/preprocess/degrees.py, away from the sampling package)
     leaked = [path for path in stage("preprocess").code_files()
               if path.startswith(("sgt_core/models/", "sgt_core/sampling/", "sgt_core/kernels/"))]
     assert not leaked
@@ -104,7 +104,7 @@ def test_editing_any_module_changes_its_stages_keys_and_the_downstream_ones_only
     for relative in sorted({path for each in pipeline.STAGES for path in each.code_files()}):
         path = root.parent / relative
         content = path.read_bytes()
-        path.write_bytes(content + (b"\n/* edited */\n" if path.suffix == ".c" else b"\n# edited\n"))
+        path.write_bytes(content + (b"\n/* edited */\n" if path.suffix in (".cpp", ".h") else b"\n# edited\n"))
         artifacts.code_version.cache_clear()  # the hashes are cached per process; the closures stay valid
         keys = pipeline.stage_keys(cfg, root=root)
         path.write_bytes(content)
@@ -137,7 +137,7 @@ def test_every_sgt_core_module_a_stage_loads_is_in_its_closure(tmp_path):
 def test_switching_the_compiled_kernels_off_changes_the_estimate_and_train_keys_only(monkeypatch, fresh_kernels):
     monkeypatch.delenv(library.SWITCH, raising=False)
     if library.cpu_kernels() is None:
-        pytest.skip("the compiled kernels cannot be built here (no C compiler)")
+        pytest.skip("the compiled kernels cannot be built here (no C++ compiler)")
     cfg = compose_config([*TINY_OVERRIDES, "train.device=cpu"])
     compiled = pipeline.stage_keys(cfg)
     monkeypatch.setenv(library.SWITCH, "0")
@@ -152,6 +152,21 @@ def test_switching_the_compiled_kernels_off_changes_the_estimate_and_train_keys_
     monkeypatch.delenv(library.SWITCH)
     library.cpu_kernels.cache_clear()
     assert pipeline.stage_material(stage("export"), cfg, compiled) == export_material
+
+
+def test_a_native_build_of_the_kernels_changes_the_estimate_and_train_keys_only(monkeypatch, fresh_kernels):
+    """SGT_KERNELS_NATIVE=1 builds for this CPU, whose wider vector sums round differently."""
+    monkeypatch.delenv(library.SWITCH, raising=False)
+    monkeypatch.delenv(library.NATIVE, raising=False)
+    if library.cpu_kernels() is None:
+        pytest.skip("the compiled kernels cannot be built here (no C++ compiler)")
+    cfg = compose_config([*TINY_OVERRIDES, "train.device=cpu"])
+    portable = pipeline.stage_keys(cfg)
+    monkeypatch.setenv(library.NATIVE, "1")
+    native = pipeline.stage_keys(cfg)
+    assert native["preprocess"] == portable["preprocess"]
+    assert native["estimate"] != portable["estimate"] and native["train"] != portable["train"]
+    assert pipeline.stage_material(stage("train"), cfg, native)["kernels"] == "compiled-native"
 
 
 def test_training_on_cuda_keys_the_cuda_backend(monkeypatch, fresh_kernels):

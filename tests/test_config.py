@@ -1,12 +1,35 @@
-"""Bad configuration values: `sgt run` exits 2 with one line `error: <key>: <problem>` and writes nothing."""
+"""Bad configuration values: `sgt run` exits 2 with one line `error: <key>: <problem>` and writes nothing.
+
+And the typed groups of sgt_core/config/: each bad, unknown or missing key named once, every file in conf/
+composing, the lists the config checks against matching the code, and no model or dataset code imported.
+"""
 
 from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
 
 import pytest
 
 from flows.cli import main
-from sgt_core.config import compose_config, config_dir
-from tests.conftest import TINY_MODEL, TINY_OVERRIDES
+from sgt_core.config import compose_config, config_dir, validate_config
+from sgt_core.config.dataset import DATASET_NAMES, PYG_NAMES
+from sgt_core.config.optimizer import AdamWConfig
+from sgt_core.config.preprocess import (
+    DEFAULT_SUBSTRUCTURE_CAPS,
+    SUBSTRUCTURE_TYPES,
+    AnchorsConfig,
+    ExpanderConfig,
+    LpeConfig,
+    SubstructuresConfig,
+)
+from sgt_core.config.sampler import METHODS, SamplerConfig
+from sgt_core.config.section import ConfigProblems
+from sgt_core.errors import ConfigError
+from sgt_core.optim import AdamW
+from sgt_core.pipeline import STAGE_BY_NAME
+from tests.conftest import REPO_ROOT, TINY_MODEL, TINY_OVERRIDES
 
 # overrides -> (the key the error names, a fragment of its problem)
 BAD_VALUES = {
@@ -33,14 +56,17 @@ BAD_VALUES = {
     "unknown key": (["model.hiden=32"], "model.hiden", "Key 'hiden' is not in struct"),
     # `+` is what Hydra's error for an unknown key suggests; the added key would be read by nothing.
     "added unknown key": (["+train.epoch=5"], "train.epoch",
-                          "unknown key; valid keys in train: batch_size, device, distributed, epochs, eval_every, lr"),
+                          "unknown key; valid keys in train: batch_size, device, distributed, epochs, eval_every"),
     "force-added unknown key": (["++model.hiden=32"], "model.hiden", "unknown key; valid keys in model: deepnorm"),
     "added unknown nested key": (["+preprocess.expander.degre=4"], "preprocess.expander.degre",
                                  "valid keys in preprocess.expander: degree, enabled, max_tries"),
     "added unknown dataset key": (["+experiment=cora", "+dataset.standardise=true"], "dataset.standardise",
                                   "valid keys in dataset: name, path, split, split_index, standardize"),
     "missing value": (["dataset=npz"], "dataset.path", "Missing mandatory value"),
-    "unknown sampler": (["train.sampler=best"], "train.sampler", "expected one of reservoir"),
+    "unknown sampler": (["sampler=best"], "sampler", "unknown option 'best'; expected one of: full, reservoir, topk"),
+    "unknown sampler method": (["sampler.method=best"], "sampler.method", "expected one of reservoir, uniform, topk"),
+    "the sampler moved": (["train.sampler=uniform"], "train.sampler", "moved to the sampler group: sampler=reservoir"),
+    "the learning rate moved": (["train.lr=0.1"], "train.lr", "moved to optimizer.lr"),
     "unknown device": (["train.device=tpu"], "train.device", "expected one of auto, cpu, cuda"),
     "unknown stage": (["stage=deploy"], "stage", "expected one of all, preprocess"),
     "zero train epochs": (["train.epochs=0"], "train.epochs", "integer >= 1, found 0"),
@@ -55,12 +81,16 @@ BAD_VALUES = {
     "negative dropout": (["model.dropout=-0.1"], "model.dropout", "in [0, 1)"),
     "temperature decay above one": (["estimator.temperature.gamma=1.5"], "estimator.temperature.gamma", "in (0, 1]"),
     "zero temperature floor": (["estimator.temperature.minimum=0"], "estimator.temperature.minimum", "in (0, 1]"),
-    "zero learning rate": (["train.lr=0"], "train.lr", "> 0"),
+    "zero learning rate": (["optimizer.lr=0"], "optimizer.lr", "> 0"),
+    "negative optimizer weight decay": (["optimizer.weight_decay=-1"], "optimizer.weight_decay", ">= 0"),
+    "beta of one": (["optimizer.betas=[0.9,1.0]"], "optimizer.betas", "two numbers in [0, 1)"),
+    "added optimizer key": (["+optimizer.momentum=0.9"], "optimizer.momentum",
+                            "unknown key; valid keys in optimizer: betas, eps, lr, weight_decay"),
     "negative weight decay": (["estimator.weight_decay=-1"], "estimator.weight_decay", ">= 0"),
     "negative warm-up": (["train.warmup_epochs=-1"], "train.warmup_epochs", "integer >= 0"),
     "zero batch size": (["train.batch_size=0"], "train.batch_size", "null or an integer >= 1"),
-    "batches with full attention": (["train.sampler=full", "train.batch_size=8"], "train.batch_size",
-                                    "must be null with train.sampler=full"),
+    "batches with full attention": (["sampler=full", "train.batch_size=8"], "train.batch_size",
+                                    "must be null with sampler=full"),
     "zero eval interval": (["train.eval_every=0"], "train.eval_every", "integer >= 1"),
     "negative mmap threshold": (["train.malloc_mmap_threshold_kb=-1"], "train.malloc_mmap_threshold_kb",
                                 "null or an integer >= 1"),
@@ -137,3 +167,139 @@ def test_standardize_must_be_a_boolean(artifacts_dir, capsys):
     assert main(["run", *TINY_OVERRIDES, "dataset.standardize=maybe"]) == 2
     err = capsys.readouterr().err
     assert err == "error: dataset.standardize: must be true or false, found 'maybe'\n", err
+
+
+# --- the typed groups (sgt_core/config/) ---------------------------------------------------------------------
+
+
+def _composed_with(key: str, value) -> dict:
+    """The default config as a plain dict, with one dotted key set (or added) by hand, as a preset could."""
+    cfg = compose_config()
+    *parents, last = key.split(".")
+    group = cfg
+    for part in parents:
+        group = group[part]
+    group[last] = value
+    return cfg
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("preprocess.expander.degree", "ten", "preprocess.expander.degree: must be an even integer >= 2, found 'ten'"),
+    ("train.epochs", 2.5, "train.epochs: must be an integer >= 1, found 2.5"),  # a wrong type
+    ("model.dropout", 1.0, "model.dropout: must be a number in [0, 1), found 1.0"),  # out of range
+    ("estimator.temperature.gamma", 0, "estimator.temperature.gamma: must be a number in (0, 1], found 0"),
+    ("optimizer.eps", -1e-8, "optimizer.eps: must be a number > 0, found -1e-08"),
+    ("train.distributed.nnodes", True, "train.distributed.nnodes: must be an integer >= 1, found True"),
+    ("model.hiden", 32, "model.hiden: unknown key; valid keys in model: deepnorm, degrees, dropout, heads"),
+    ("preprocess.expander.degre", 4, "preprocess.expander.degre: unknown key; valid keys in preprocess.expander"),
+    ("sampler.name", "reservoir", "sampler.name: unknown key; valid keys in sampler: method"),
+    ("colour", "blue", "colour: unknown key; valid keys in the config: dataset, estimator"),
+])
+def test_a_bad_value_in_a_group_is_one_error_naming_its_key(key, value, message):
+    with pytest.raises(ConfigProblems) as error:
+        validate_config(_composed_with(key, value))
+    assert str(error.value).startswith(message), str(error.value)
+    assert len(error.value.problems) == 1, str(error.value)
+
+
+def test_a_missing_key_is_named():
+    cfg = compose_config()
+    del cfg["train"]["distributed"]["nnodes"]
+    with pytest.raises(ConfigError, match=r"^train\.distributed\.nnodes: missing$"):
+        validate_config(cfg)
+
+
+def test_problems_in_several_groups_are_all_named():
+    cfg = _composed_with("train.epochs", 0)
+    cfg["preprocess"]["virtual_nodes"] = -1
+    cfg["optimizer"]["lr"] = "fast"
+    with pytest.raises(ConfigError) as error:
+        validate_config(cfg)
+    assert all(f"{key}: " in str(error.value) for key in ("train.epochs", "preprocess.virtual_nodes", "optimizer.lr"))
+
+
+def test_a_group_built_by_hand_is_checked_as_one_read_from_conf():
+    with pytest.raises(ConfigError, match=r"^preprocess\.expander\.degree: must be an even integer >= 2, found 3$"):
+        ExpanderConfig(degree=3)
+    with pytest.raises(ConfigError, match=r"^preprocess\.anchors\.max_spd: must be an integer with k=2 < max_spd"):
+        AnchorsConfig(k=2, max_spd=2)
+    with pytest.raises(ConfigError, match=r"^preprocess\.substructures\.types\.hexagon: unknown key"):
+        SubstructuresConfig(types={"hexagon": 3})
+    ExpanderConfig(enabled=False, degree=3)  # a switched-off component's values are read by nothing
+
+
+def test_the_typed_config_holds_every_value_of_the_dict():
+    cfg = compose_config(["+experiment=all_components", "orchestration=pools"])
+    config = validate_config(cfg)
+    assert config.as_dict() == cfg  # so what is hashed and logged (the dict) is what the stages read
+    assert config.preprocess.expander.degree == cfg["preprocess"]["expander"]["degree"]
+    assert isinstance(config.preprocess.lpe, LpeConfig) and config.preprocess.lpe.m == 8
+
+
+def _option_overrides() -> list[list[str]]:
+    """One composition per option file of every group in conf/, plus every experiment preset."""
+    required = {"npz": ["dataset.path=x.npz"], "pyg": ["dataset.pyg_name=Cora"],
+                "parquet": ["dataset.nodes.path=n.parquet", "dataset.edges.path=e.parquet"]}
+    runs = []
+    for group in sorted(path for path in config_dir().iterdir() if path.is_dir()):
+        for option in sorted(group.glob("*.yaml")):
+            if group.name == "experiment":
+                runs.append([f"+experiment={option.stem}"])
+            else:
+                runs.append([f"{group.name}={option.stem}", *required.get(option.stem, [])])
+    return runs
+
+
+@pytest.mark.parametrize("overrides", _option_overrides(), ids=" ".join)
+def test_every_yaml_file_in_conf_composes_and_validates(overrides):
+    config = validate_config(compose_config(overrides))
+    assert isinstance(config.sampler, SamplerConfig) and isinstance(config.optimizer, AdamWConfig)
+
+
+def test_the_default_sampler_and_optimizer_are_todays():
+    cfg = compose_config()
+    assert cfg["sampler"] == {"method": "reservoir"}
+    assert cfg["optimizer"] == {"lr": 0.01, "weight_decay": 1.0e-3, "betas": [0.9, 0.999], "eps": 1.0e-8}
+    assert cfg["optimizer"]["betas"] == list(inspect.signature(AdamW).parameters["betas"].default)
+    assert cfg["optimizer"]["eps"] == inspect.signature(AdamW).parameters["eps"].default
+    assert compose_config(["sampler=full"])["sampler"]["method"] == "full"
+
+
+def test_the_train_stage_key_and_checkpoint_cover_the_sampler_and_the_optimizer():
+    assert {"sampler", "optimizer"} <= set(STAGE_BY_NAME["train"].config_sections)
+
+
+def test_the_defaults_of_hand_built_groups_are_confs():
+    preprocess = compose_config()["preprocess"]
+    for name, group in (("expander", ExpanderConfig), ("anchors", AnchorsConfig),
+                        ("substructures", SubstructuresConfig), ("lpe", LpeConfig)):
+        defaults = group().as_dict()
+        assert {key: value for key, value in defaults.items() if key != "enabled"} == {
+            key: value for key, value in preprocess[name].items() if key != "enabled"}, name
+
+
+def test_the_config_lists_match_the_code_they_name():
+    from sgt_core.data.load import LOADERS
+    from sgt_core.data.pyg import PYG_DATASETS
+    from sgt_core.preprocess.interaction_graph import SUBSTRUCTURE_TYPES as VOCABULARY
+    from sgt_core.preprocess.substructures.matching import DEFAULT_SUBSTRUCTURE_CAPS as MATCHING_CAPS
+    from sgt_core.sampling import TRAIN_SAMPLERS
+
+    assert DATASET_NAMES == tuple(LOADERS)
+    assert [name.lower() for name in PYG_NAMES] == list(PYG_DATASETS)
+    assert SUBSTRUCTURE_TYPES == VOCABULARY and DEFAULT_SUBSTRUCTURE_CAPS == MATCHING_CAPS
+    assert METHODS == TRAIN_SAMPLERS
+
+
+def test_checking_a_config_imports_no_model_dataset_or_torch_code():
+    script = """
+import sys
+from sgt_core.config import compose_config, validate_config
+validate_config(compose_config(["+experiment=all_components"]))
+heavy = ("torch", "torch_geometric", "sgt_core.models", "sgt_core.data", "sgt_core.preprocess", "sgt_core.sampling")
+print(" ".join(sorted(name for name in sys.modules if name.startswith(heavy))))
+"""
+    result = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True,
+                            cwd=REPO_ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [], result.stdout

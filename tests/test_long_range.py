@@ -7,22 +7,19 @@ a hundred nodes of its 200-node ring. Both runs use the same budget: the `long_r
 
 from __future__ import annotations
 
-from sgt_core.config import compose_config
-from sgt_core.pipeline import STAGES
+import pytest
+
+from tests.stage_runner import run_stages
 
 PRESET = ["+experiment=long_range"]
 
 
 def test_accuracy(tmp_path, overrides):
-    cfg = compose_config([*PRESET, *overrides])
-    outputs = {}
-    for stage in STAGES:
-        outputs[stage.name] = tmp_path / stage.name
-        outputs[stage.name].mkdir(parents=True)
-        metrics = stage.run(cfg, {name: outputs[name] for name in stage.upstream}, outputs[stage.name])
-    return metrics["test_accuracy"]
+    _, _, metrics = run_stages(tmp_path, [*PRESET, *overrides], base=())
+    return metrics["train"]["test_accuracy"]
 
 
+@pytest.mark.e2e  # two whole runs of the preset as shipped: 466 s on 2 shared cores (make test-all)
 def test_expander_edges_solve_what_graph_edges_cannot(tmp_path):
     with_expander = test_accuracy(tmp_path / "expander", [])
     graph_only = test_accuracy(tmp_path / "graph_only", ["preprocess.expander.enabled=false"])

@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
-import json
-
 from sgt_core.config import compose_config
-from sgt_core.pipeline import STAGES
+from tests.stage_runner import run_stages
 
 SMALL_SCALE = ["+experiment=scale", "dataset.num_nodes=600", "dataset.avg_degree=8", "preprocess.expander.degree=6",
                "estimator.epochs=2", "train.epochs=2", "model.hidden=8", "model.heads=2"]
 
 
 def test_a_small_generated_graph_runs_end_to_end_with_the_scale_preset(tmp_path):
-    cfg = compose_config(SMALL_SCALE)
+    cfg, _, metrics = run_stages(tmp_path, SMALL_SCALE, base=())
     assert cfg["dataset"]["name"] == "synthetic" and cfg["model"]["degrees"] == [12, 10, 10, 10]
-    outputs = {}
-    for stage in STAGES:
-        outputs[stage.name] = tmp_path / stage.name
-        outputs[stage.name].mkdir()
-        metrics = stage.run(cfg, {name: outputs[name] for name in stage.upstream}, outputs[stage.name])
-        (outputs[stage.name] / "metrics.json").write_text(json.dumps(metrics))
-    train = json.loads((outputs["train"] / "metrics.json").read_text())
+    train, preprocess = metrics["train"], metrics["preprocess"]
     assert 0.0 <= train["test_accuracy"] <= 1.0 and train["best_epoch"] in (0, 1)  # 5 classes: accuracy
-    preprocess = json.loads((outputs["preprocess"] / "metrics.json").read_text())
     assert preprocess["num_nodes"] == 600 and preprocess["num_edges"] > 600 * (8 + 6)  # graph + expander + self
 
 

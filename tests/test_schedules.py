@@ -24,7 +24,7 @@ def test_temperature_schedule():
 
 def test_cosine_with_warmup():
     optimizer = AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    scheduler = CosineWithWarmup(optimizer, warmup_epochs=4, total_epochs=20)
+    scheduler = CosineWithWarmup(optimizer, warmup_epochs=4, epochs=20)
     rates = []
     for _ in range(20):
         rates.append(optimizer.lr)
@@ -41,7 +41,7 @@ def test_adamw_matches_torch_step_for_step():
     unused = torch.nn.Parameter(torch.randn(4))  # never gets a gradient: must stay as it is
     reference = [p.detach().clone().requires_grad_() for p in [*model.parameters(), unused]]
     ours = AdamW([*model.parameters(), unused], lr=0.05, weight_decay=0.1)
-    schedule = CosineWithWarmup(ours, warmup_epochs=2, total_epochs=10)
+    schedule = CosineWithWarmup(ours, warmup_epochs=2, epochs=10)
     theirs = torch.optim.AdamW(reference, lr=0.05, weight_decay=0.1)
     their_schedule = torch.optim.lr_scheduler.LambdaLR(theirs, schedule.factor)
     inputs, targets = torch.randn(32, 5), torch.randint(0, 3, (32,))

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from sgt_core.artifacts import read_upstream
+from sgt_core.config.estimator import EstimatorConfig
 from sgt_core.metrics import UNDEFINED, evaluate, metric_name, splits_without_metric
 from sgt_core.models import AttentionScoreEstimator, NodeExtras
 from sgt_core.numerics import check_loss
@@ -38,24 +39,24 @@ def save_atomically(tensor: torch.Tensor, path: Path) -> None:
 
 def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, float]:
     """Trains the estimator on CPU and saves the best epoch's scores ([L, E] float32) and weights."""
-    options = cfg["estimator"]
     seed_everything(cfg["seed"])
     # Edges as stored (int32 indices, int8 types): the stage's memory is per edge, and this is most of it.
     graph = read_upstream(inputs["preprocess"], "preprocess", INTERACTION_GRAPH_FILE,
                           lambda path: InteractionGraph.load(path, compact=True))
+    estimator = EstimatorConfig.from_dict(cfg["estimator"])
     metric = metric_name(graph.num_classes)
     undefined = splits_without_metric(graph.y, {"val": graph.val_mask, "test": graph.test_mask},
                                       graph.num_classes, "estimate")
     model = AttentionScoreEstimator(
         **graph.model_input_sizes(),  # features, classes, edge types, node kinds, SPD, LPE and token sizes
-        width=options["width"],
-        num_layers=options["num_layers"],
-        layer_norm=options["layer_norm"],
-        logit_clip=options["logit_clip"],
-        lpe_dim=options["lpe_dim"],
-        lpe_layers=options["lpe_layers"],
-        lpe_heads=options["lpe_heads"],
-        memory_efficient=options["memory_efficient"],
+        width=estimator.width,
+        num_layers=estimator.num_layers,
+        layer_norm=estimator.layer_norm,
+        logit_clip=estimator.logit_clip,
+        lpe_dim=estimator.lpe_dim,
+        lpe_layers=estimator.lpe_layers,
+        lpe_heads=estimator.lpe_heads,
+        memory_efficient=estimator.memory_efficient,
     )
     model.start_at_prior(torch.bincount(graph.y[graph.train_mask], minlength=graph.num_classes))
     # The LPE and substructure-token inputs; None where the component is off.
@@ -73,14 +74,14 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
     def forward(tau: float) -> tuple[torch.Tensor, list[torch.Tensor]]:
         return model(graph.x, graph.node_kind, edges.edge_index, edges.edge_type, tau, edges.edge_spd, extras, edges)
 
-    optimizer = AdamW(model.parameters(), lr=options["lr"], weight_decay=options["weight_decay"])
-    scheduler = CosineWithWarmup(optimizer, options["warmup_epochs"], options["epochs"])
+    optimizer = AdamW(model.parameters(), lr=estimator.lr, weight_decay=estimator.weight_decay)
+    scheduler = CosineWithWarmup(optimizer, warmup_epochs=estimator.warmup_epochs, epochs=estimator.epochs)
 
     best = {"epoch": -1, "selection": float("-inf")}
     history, started = [], time.perf_counter()
-    epochs = Progress(range(options["epochs"]), "estimate epoch", log)
+    epochs = Progress(range(estimator.epochs), "estimate epoch", log)
     for epoch in epochs:
-        tau = temperature(epoch, **options["temperature"])
+        tau = temperature(epoch, **estimator.temperature.as_dict())  # anneal, initial_epochs, gamma, minimum
         model.train()
         logits, layer_scores = forward(tau)
         loss = F.cross_entropy(logits[graph.train_mask], graph.y[graph.train_mask])
@@ -120,7 +121,8 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
         history.append({**row, "temperature": tau})
         epochs.set_metrics(**{k: v for k, v in history[-1].items() if k != "epoch"})
 
-    torch.save({"state_dict": best["state"], "config": options, "epoch": best["epoch"]}, out_dir / ESTIMATOR_FILE)
+    checkpoint = {"state_dict": best["state"], "config": cfg["estimator"], "epoch": best["epoch"]}
+    torch.save(checkpoint, out_dir / ESTIMATOR_FILE)
     (out_dir / HISTORY_FILE).write_text(json.dumps(history))
     return {
         "best_epoch": best["epoch"],

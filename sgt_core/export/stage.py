@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import torch
 
 from sgt_core.artifacts import read_upstream
+from sgt_core.config.export import ExportConfig
 from sgt_core.errors import SGTError
 from sgt_core.estimate.stage import SCORES_FILE
 from sgt_core.export.scores import SCORES_DIR, write_attention_scores
@@ -26,8 +27,9 @@ def run_export(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, f
     layer_scores = read_upstream(inputs["estimate"], "estimate", SCORES_FILE,  # [L, E]
                                  lambda path: torch.load(path, weights_only=True))
     scores_dir = out_dir / SCORES_DIR
-    keep = cfg["export"]["max_candidates_per_node"]
-    write_attention_scores(layer_scores, graph.edge_index, graph.edge_type, EDGE_TYPES, scores_dir, keep, graph.ptr)
+    export = ExportConfig.from_dict(cfg["export"])
+    write_attention_scores(layer_scores, graph.edge_index, graph.edge_type, EDGE_TYPES, scores_dir,
+                           max_candidates_per_node=export.max_candidates_per_node, ptr=graph.ptr)
     summary = summarise_scores(scores_dir)
     worst = max(row[4] for row in summary["per_layer"])
     if worst > NORMALISATION_TOLERANCE:

@@ -1,5 +1,5 @@
-"""Compiled CPU kernels for the attention hot paths (C with OpenMP, loaded through ctypes)."""
+"""The `sgt` torch operators: the attention hot paths' C++ CPU kernels, built on first use (library.py)."""
 
-from sgt_core.kernels.library import address, checked, cpu_kernels, draw_seed, group_by, usable
+from sgt_core.kernels.library import backend, cpu_kernels, draw_seed, operators, usable
 
-__all__ = ["address", "checked", "cpu_kernels", "draw_seed", "group_by", "usable"]
+__all__ = ["backend", "cpu_kernels", "draw_seed", "operators", "usable"]

@@ -1,48 +1,38 @@
-"""Compiles the C attention kernels once per machine and source version, and loads them with ctypes."""
+"""Builds the `sgt` torch operators' C++ CPU kernels (attention.cpp) once per machine and loads them."""
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import hashlib
 import logging
 import os
 import platform
+import re
 import shutil
 import subprocess
-import tempfile
+import types
 from pathlib import Path
 
-import torch  # loaded first so that the kernels share torch's OpenMP runtime: one thread pool
+import torch
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("attention.c")
-# -march=native: the cache key includes this CPU's model and flags, so a library built for one CPU is
-# never loaded on another. No -ffast-math: it would change exp() and NaN handling; `omp simd` already
-# lets the compiler vectorise the short reductions.
-FLAGS = ["-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c11"]
+SOURCE = Path(__file__).with_name("attention.cpp")
+# -O3 as the C kernels had; -fopenmp because at::parallel_for is OpenMP code inlined from ATen's headers
+# (without it the loops run on one thread); the library then shares the libgomp that torch loaded (same
+# soname), so torch.set_num_threads governs it. -ffp-contract=off: no fused multiply-adds, whatever the
+# CPU, so that an add's rounding never depends on the build. No -ffast-math: it would change exp() and
+# NaN handling; `omp simd` already lets the compiler vectorise the short reductions.
+FLAGS = ["-O3", "-fopenmp", "-ffp-contract=off"]
+# SGT_KERNELS_NATIVE=1 adds -march=native: code for this CPU's vector units (README, "Compiled CPU
+# kernels", says what it buys). Its results differ in the last bits from the portable build's (wider
+# vector sums), so it is a backend of its own in the stages' cache keys.
+NATIVE = "SGT_KERNELS_NATIVE"
 # SGT_CPU_KERNELS=0 turns the compiled kernels off (the torch implementations run instead).
 SWITCH = "SGT_CPU_KERNELS"
 
-_i64, _u64, _f32, _f64, _ptr = ctypes.c_int64, ctypes.c_uint64, ctypes.c_float, ctypes.c_double, ctypes.c_void_p
-_int = ctypes.c_int
-# name: (argument types, result type). An int result is 0 on success and 1 when the kernel's scratch
-# allocation failed, which `checked` turns into a MemoryError.
-SIGNATURES = {
-    "sgt_group_by": ([_ptr, _i64, _i64, _ptr, _ptr], _int),
-    "sgt_edges_by_source": ([_i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr], _int),
-    "sgt_edge_attention_forward": ([_i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _f32, _f32,
-                                    _ptr, _ptr, _ptr], None),
-    "sgt_edge_attention_backward": ([_i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr,
-                                     _ptr, _ptr, _ptr, _f32, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr], _int),
-    "sgt_slot_attention_forward": ([_i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr,
-                                    _ptr], None),
-    "sgt_slot_attention_backward": ([_i64, _i64, _i64, _i64, _i64, _i64, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr,
-                                     _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr, _ptr], _int),
-    "sgt_sample_neighbours": ([_i64, _ptr, _ptr, _ptr, _i64, _i64, _u64, _ptr], None),
-    "sgt_dropout_mask": ([_i64, _f64, _u64, _ptr], None),
-}
+# The library loaded into this process: a second one with the same TORCH_LIBRARY would abort the process.
+_loaded: Path | None = None
 
 
 def cache_dir() -> Path:
@@ -51,6 +41,15 @@ def cache_dir() -> Path:
         return Path(os.environ["SGT_KERNEL_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "sgt" / "kernels"
+
+
+def native() -> bool:
+    """Whether builds target this CPU (SGT_KERNELS_NATIVE=1) rather than the portable baseline."""
+    return os.environ.get(NATIVE, "0") == "1"
+
+
+def flags() -> list[str]:
+    return [*FLAGS, "-march=native"] if native() else list(FLAGS)
 
 
 def _cpu_identity() -> str:
@@ -63,86 +62,104 @@ def _cpu_identity() -> str:
     return "\n".join(sorted({line for line in lines if line.split(":")[0].strip() in wanted}))
 
 
-def _compiler() -> str | None:
-    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+def _compiler_version() -> str:
+    compiler = os.environ.get("CXX") or shutil.which("c++") or "c++"
+    completed = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False)
+    return completed.stdout
 
 
-def build(compiler: str, target_dir: Path) -> Path:
-    """Compiles the kernels into `target_dir` (atomically) and returns the library's path."""
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
-    key = hashlib.sha256("\n".join([SOURCE.read_text(), " ".join(FLAGS), version, _cpu_identity(),
-                                    platform.machine()]).encode()).hexdigest()[:16]
-    library = target_dir / f"sgt_attention_{key}.so"
-    if library.is_file():
-        return library
-    target_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target_dir) as staging:
-        partial = Path(staging) / library.name
-        completed = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(partial), "-lm"],
-                                   capture_output=True, text=True, check=False)
-        if completed.returncode:
-            raise RuntimeError(f"{compiler} failed on {SOURCE}:\n{completed.stderr[-2000:]}")
-        os.replace(partial, library)  # concurrent builders each rename a whole file; either one wins
-    return library
+def extension_name(source: Path | None = None) -> str:
+    """The build's name: a hash of the source, flags, compiler, torch version and (native builds) the CPU.
+
+    An edited source, another compiler or torch, or another CPU for a native build each get a build
+    folder of their own, so a stale library is never loaded.
+    """
+    parts = [(source or SOURCE).read_text(), " ".join(flags()), _compiler_version(), torch.__version__,
+             platform.machine(), _cpu_identity() if native() else ""]
+    return "sgt_kernels_" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def build(verbose: bool = False) -> Path:
+    """Compiles attention.cpp (or finds it built) under `cache_dir()` and loads it into this process.
+
+    torch.utils.cpp_extension builds in a folder of its own per name and holds a lock file there, so
+    processes starting together build once and the others wait for that build. Returns the library's path.
+    """
+    global _loaded
+    if _loaded is not None:
+        return _loaded
+    name = extension_name()
+    directory = cache_dir() / name
+    built = directory / f"{name}.so"
+    if built.is_file() and not (directory / "lock").exists():
+        # Built, and no build under way (cpp_extension holds `lock` while it builds): load it directly,
+        # without importing cpp_extension (setuptools) and running ninja, ~0.5 s of every stage's start.
+        torch.ops.load_library(str(built))
+        _loaded = built
+        return _loaded
+    from torch.utils import cpp_extension
+
+    directory.mkdir(parents=True, exist_ok=True)
+    path = cpp_extension.load(name=name, sources=[str(SOURCE)], extra_cflags=flags(), extra_ldflags=["-fopenmp"],
+                              build_directory=str(directory), is_python_module=False, verbose=verbose)
+    _loaded = Path(path)
+    return _loaded
 
 
 @functools.cache
-def cpu_kernels() -> ctypes.CDLL | None:
-    """The compiled kernels, or None (switched off, no C compiler, or the build failed: torch runs instead).
+def cpu_kernels() -> types.ModuleType | None:
+    """`torch.ops.sgt` with its C++ CPU kernels, or None (switched off, no compiler, or the build failed).
 
-    Built on first use into `cache_dir()`, keyed by the source, flags, compiler and CPU, so an edited
-    source or another machine gets its own build; later processes only load it (milliseconds).
+    None means the torch implementations answer the same operators on the CPU too (`operators`). Built on
+    first use (about a minute) or ahead of time by `python -m sgt_core.kernels.build` (`make setup`);
+    later processes only load it (milliseconds).
     """
     if os.environ.get(SWITCH, "1") == "0":
         return None
-    compiler = _compiler()
-    if compiler is None:
-        log.warning("no C compiler (cc/gcc, or $CC) found: using the slower torch attention kernels on CPU")
-        return None
     try:
-        library = ctypes.CDLL(str(build(compiler, cache_dir())))
-    except (OSError, RuntimeError, subprocess.CalledProcessError) as error:
-        log.warning("the CPU attention kernels could not be built (%s): using the torch kernels", error)
+        build()
+    except Exception as error:  # noqa: BLE001 - whatever stops the build, the torch kernels still run
+        log.warning("the CPU attention kernels could not be built (%s): using the slower torch kernels",
+                    str(error)[-2000:])
         return None
-    for name, (argtypes, restype) in SIGNATURES.items():
-        function = getattr(library, name)
-        function.argtypes, function.restype = argtypes, restype
-    return library
+    return torch.ops.sgt
 
 
-def checked(status: int, kernel: str) -> None:
-    """Raises MemoryError when a kernel reports that its scratch allocation failed."""
-    if status:
-        raise MemoryError(f"{kernel}: out of memory for the kernel's scratch buffers")
+def backend() -> str:
+    """The CPU kernels that run, for cache keys: "compiled", "compiled-native" (their results differ in
+    the last bits) or "torch" (a different random stream as well)."""
+    if cpu_kernels() is None:
+        return "torch"
+    return "compiled-native" if native() else "compiled"
+
+
+def schemas(source: Path | None = None) -> list[str]:
+    """The operator schemas, read from the source's `m.def("...")` lines: they are written only there."""
+    return re.findall(r'm\.def\("([^"]+)"\);', (source or SOURCE).read_text())
+
+
+# The operators' Python side (their torch implementations and autograd), registered once per process.
+_fallback_library: torch.library.Library | None = None
+
+
+@functools.cache
+def operators() -> types.ModuleType:
+    """`torch.ops.sgt`, defined: by the C++ library, or (without it) from its schemas for the torch kernels."""
+    global _fallback_library
+    if cpu_kernels() is None and _loaded is None:
+        _fallback_library = torch.library.Library("sgt", "DEF")
+        for schema in schemas():
+            _fallback_library.define(schema)
+    return torch.ops.sgt
 
 
 def usable(*tensors: torch.Tensor) -> bool:
-    """Whether the compiled kernels can take these tensors: all on the CPU, floating ones float32."""
+    """Whether the compiled random draws (sampling, dropout) take these tensors: all on the CPU, floating
+    ones float32, and the kernels built. Elsewhere torch's generator draws, a different stream."""
     return all(t.device.type == "cpu" and (not t.is_floating_point() or t.dtype == torch.float32)
                for t in tensors) and cpu_kernels() is not None
-
-
-def address(tensor: torch.Tensor | None) -> int | None:
-    """The data pointer of a contiguous tensor (None for None), for a ctypes call."""
-    if tensor is None:
-        return None
-    if not tensor.is_contiguous():
-        raise ValueError("the CPU kernels need contiguous tensors")
-    return tensor.data_ptr()
 
 
 def draw_seed(generator: torch.Generator | None) -> int:
     """A 62-bit seed for one kernel call, drawn from `generator` (torch's default one when None)."""
     return int(torch.randint(0, 1 << 62, (1,), generator=generator))
-
-
-def group_by(key: torch.Tensor, num_groups: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """CSR grouping of items by key in [0, num_groups): (ptr [G + 1], order [n]), items ascending in a group."""
-    key = key.contiguous()
-    if key.numel() and not (0 <= int(key.min()) and int(key.max()) < num_groups):
-        raise ValueError(f"group keys must lie in [0, {num_groups})")
-    ptr = torch.empty(num_groups + 1, dtype=torch.int64)
-    order = torch.empty(key.numel(), dtype=torch.int64)
-    checked(cpu_kernels().sgt_group_by(address(key), key.numel(), num_groups, address(ptr), address(order)),
-            "sgt_group_by")
-    return ptr, order

@@ -4,15 +4,13 @@ from sgt_core.models.estimator import AttentionScoreEstimator
 from sgt_core.models.estimator_attention import EstimatorAttention
 from sgt_core.models.node_encoder import NodeEncoder, NodeExtras
 from sgt_core.models.sampled_attention import SampledAttention
-from sgt_core.models.spexphormer import FullLayer, SampledLayer, Spexphormer
+from sgt_core.models.spexphormer import Spexphormer
 
 __all__ = [
     "AttentionScoreEstimator",
     "EstimatorAttention",
-    "FullLayer",
     "NodeEncoder",
     "NodeExtras",
     "SampledAttention",
-    "SampledLayer",
     "Spexphormer",
 ]

@@ -1,4 +1,4 @@
-"""Dropout whose CPU mask comes from the compiled counter-based generator instead of torch's serial one."""
+"""Dropout whose CPU mask comes from `sgt::dropout_mask`'s counter-based generator, not torch's serial one."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from sgt_core.kernels import address, cpu_kernels, draw_seed, usable
+from sgt_core.kernels import cpu_kernels, draw_seed, usable
 
 
 class _MaskedScale(torch.autograd.Function):
@@ -25,7 +25,7 @@ class _MaskedScale(torch.autograd.Function):
 
 
 class Dropout(nn.Module):
-    """nn.Dropout with the same semantics; on the CPU (float32) its mask is drawn by the C kernel.
+    """nn.Dropout with the same semantics; on the CPU (float32) its mask is drawn by the compiled kernel.
 
     torch's CPU bernoulli_ runs one Mersenne Twister serially: on the wide network's [N, D] activations it
     was ~18% of a Minesweeper epoch on 2 cores. The kernel draws the mask in parallel, seeded per call
@@ -46,9 +46,7 @@ class Dropout(nn.Module):
         """A boolean mask of `shape`, each element True (kept) with probability 1 - p."""
         if device.type != "cpu" or cpu_kernels() is None:
             return torch.rand(shape, device=device) >= self.p
-        keep = torch.empty(shape, dtype=torch.bool)
-        cpu_kernels().sgt_dropout_mask(keep.numel(), self.p, draw_seed(None), address(keep))
-        return keep
+        return cpu_kernels().dropout_mask(list(shape), self.p, draw_seed(None))
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0.0:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from sgt_core.kernels import usable
 from sgt_core.models.estimator_attention import AttentionEdges, EstimatorAttention
 from sgt_core.models.node_encoder import NodeEncoder, NodeExtras
 
@@ -119,7 +118,7 @@ class AttentionScoreEstimator(nn.Module):
 
     def prepare(self, edge_index: Tensor, edge_type: Tensor, edge_spd: Tensor | None, num_nodes: int) -> AttentionEdges:
         """The graph's edges as every layer reads them; a caller that runs many epochs prepares them once."""
-        return self.layers[0].attention.prepare(edge_index, edge_type, edge_spd, num_nodes, usable(self.head.weight))
+        return self.layers[0].attention.prepare(edge_index, edge_type, edge_spd, num_nodes)
 
     def forward(
         self,

@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from sgt_core.kernels import usable
 from sgt_core.models.fused_edge_attention import CompactEdges, compact_edges, fused_edge_attention
 
 # exp(30) times a million edges stays far inside float32's range, which the max-free softmax relies on.
@@ -21,18 +20,18 @@ class AttentionEdges:
     """An interaction graph's edges in the forms the attention reads, derived once per graph.
 
     Every layer and every epoch attends over the same edges, so the degrees, CSR offsets, per-edge codes
-    and (for the compiled CPU kernels) the compact sources and the grouping by source are computed once
+    and (for the memory-efficient path) the compact sources and the grouping by source are computed once
     (`EstimatorAttention.prepare`) instead of once per layer and epoch.
 
     Attributes:
         edge_index [2, E] sorted by dst, edge_type [E], edge_spd [E] or None: as the graph holds them;
-            None with `compact`, which holds all the compiled kernels read, so that a caller can let the
+            None with `compact`, which holds all the fused operator reads, so that a caller can let the
             graph's own edge tensors go (7 bytes per edge for a compact graph).
         in_degree int64 [N], ptr int64 [N + 1]: the CSR segments over destinations.
         code [E]: each edge's row in the fused kernels' E and B tables (`type_and_distance_code`).
         with_spd: whether the codes include the SPD bucket (`code_tables` then adds its rows).
-        compact: the int32 / uint8 edges and their grouping by source that the compiled CPU kernels
-            read; None on the torch paths.
+        compact: the int32 / uint8 edges and their grouping by source that `sgt::edge_attention` reads;
+            None on the plain autograd path.
     """
 
     edge_index: Tensor | None
@@ -67,9 +66,9 @@ class EstimatorAttention(nn.Module):
         num_edge_types: number of edge types t (size of E and B).
         logit_clip: c, the clipping bound on the tempered logits.
         num_spd_buckets: SPD buckets b = 0..num_spd_buckets-1 (0 or 1: no SPD terms).
-        memory_efficient: compute through `fused_edge_attention`, which works through the edges in chunks
-            and keeps 5 bytes per edge for the backward pass instead of ~200 (bounded transient memory
-            and faster on CPU); False runs the plain autograd version below, its reference.
+        memory_efficient: compute through `fused_edge_attention` (the `sgt::edge_attention` operator),
+            which keeps 5 bytes per edge for the backward pass instead of ~200 (compiled on the CPU,
+            chunked torch elsewhere); False runs the plain autograd version below, its reference.
 
     Shapes:
         x [N, d], edge_index [2, E] (src, dst) sorted by dst, edge_type [E], edge_spd [E] or None
@@ -113,12 +112,10 @@ class EstimatorAttention(nn.Module):
             nn.init.zeros_(self.spd_bias)
         nn.init.constant_(self.value_scale, math.sqrt(self.width))
 
-    def prepare(self, edge_index: Tensor, edge_type: Tensor, edge_spd: Tensor | None, num_nodes: int,
-                on_compiled_kernels: bool) -> AttentionEdges:
+    def prepare(self, edge_index: Tensor, edge_type: Tensor, edge_spd: Tensor | None, num_nodes: int) -> AttentionEdges:
         """The `AttentionEdges` of a graph for this layer and every layer configured like it.
 
-        `on_compiled_kernels`: whether the inputs suit the compiled CPU kernels (`usable`), which then
-        get the compact edges; only the memory-efficient path uses them.
+        The memory-efficient path gets the compact edges that `sgt::edge_attention` reads, on any device.
         """
         in_degree = torch.bincount(edge_index[1], minlength=num_nodes)  # [N]
         ptr = torch.zeros(num_nodes + 1, dtype=torch.int64, device=edge_index.device)
@@ -126,7 +123,7 @@ class EstimatorAttention(nn.Module):
         code = type_and_distance_code(edge_type, edge_spd, self.spd_scale)
         with_spd = code is not edge_type
         num_codes = self.edge_scale.num_embeddings * (self.spd_scale.shape[0] + 1 if with_spd else 1)
-        if self.memory_efficient and on_compiled_kernels:
+        if self.memory_efficient:
             compact = compact_edges(edge_index, code, ptr, num_codes)
             return AttentionEdges(None, None, None, in_degree, ptr, compact.code, with_spd, compact)
         return AttentionEdges(edge_index, edge_type, edge_spd, in_degree, ptr, code, with_spd, None)
@@ -142,7 +139,7 @@ class EstimatorAttention(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         num_nodes, width = x.shape
         if edges is None:  # callers with several layers over one graph prepare it once
-            edges = self.prepare(edge_index, edge_type, edge_spd, num_nodes, usable(x))
+            edges = self.prepare(edge_index, edge_type, edge_spd, num_nodes)
         if self.memory_efficient:
             return self._forward_fused(x, edges, temperature)
         src, dst = edge_index.long()  # the reference path: plain autograd on small graphs

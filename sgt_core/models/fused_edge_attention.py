@@ -1,14 +1,15 @@
-"""fused_edge_attention: the estimator's edge softmax attention, chunked, with a memory-lean backward."""
+"""fused_edge_attention: the estimator's edge softmax attention as the `sgt::edge_attention` operator."""
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from sgt_core.kernels import address, checked, cpu_kernels, usable
+from sgt_core.kernels import operators
 
 # Edges per chunk. Every per-edge intermediate lives for one chunk only, so the transient memory is a
 # few [CHUNK_EDGES, d] tensors (~2 MB each at d = 8) whatever the graph's size, and a chunk's working
@@ -36,82 +37,118 @@ def destination_chunks(in_degree: Tensor, chunk_edges: int | None = None) -> lis
             if ptr_list[i + 1] > ptr_list[i] or nodes[i + 1] > nodes[i]]
 
 
-class _FusedEdgeAttention(torch.autograd.Function):
-    """Forward and backward of the tempered, clipped edge softmax attention, one chunk of edges at a time.
+def _local_destinations(lengths: Tensor) -> Tensor:
+    """Each edge's destination within its chunk, from the chunk's in-degrees: int64 [e]."""
+    return torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths)
 
-    Autograd would keep about a dozen [E, d]-sized intermediates per layer for the backward pass
-    (gathered queries, keys, values, products, one-hots, ...), hundreds of bytes per edge: on Tolokers
-    (1.4M attention edges) that is gigabytes. Here the backward pass recomputes the gathers from the
-    node-level tensors, so the only per-edge state kept between the passes is the scores and a clip mask
-    (5 bytes per edge); node-level tensors are tiny at the estimator's width.
+
+def _edge_attention_torch(query, key_value, edge_scale, edge_bias, ptr, src, code, source_ptr, source_edge,
+                          source_dst, source_code, temperature, clip):
+    """`sgt::edge_attention` in torch, one chunk of edges at a time: the CUDA path, and the CPU's without
+    the compiled kernels. The source grouping is for the compiled backward pass; this one does not read it.
+
+    Autograd over these ops would keep about a dozen [E, d]-sized intermediates per layer (gathered queries,
+    keys, values, products, one-hots, ...), hundreds of bytes per edge: on Tolokers (1.4M attention edges)
+    gigabytes. The operator's backward pass recomputes the gathers from the node-level tensors instead, so
+    only the scores and a clip mask (5 bytes per edge) are kept between the passes.
     """
+    num_nodes, width = query.shape
+    scale = 1.0 / math.sqrt(width)
+    in_degree = ptr.diff()  # [N]
+    out = query.new_zeros(num_nodes, width)
+    scores = query.new_empty(src.numel())
+    inside = torch.empty(src.numel(), dtype=torch.bool, device=src.device)  # where the clip passes gradient
+    for first_node, end_node, first, end in destination_chunks(in_degree):
+        lengths = in_degree[first_node:end_node]
+        src_c, dst_c, code_c = src[first:end], _local_destinations(lengths), code[first:end].long()
+        key_e, value_e = key_value.index_select(0, src_c).split(width, dim=1)  # [e, d] x2
+        query_e = query[first_node:end_node].index_select(0, dst_c)  # [e, d]
+        raw = (query_e * key_e * edge_scale.index_select(0, code_c)).sum(-1)  # [e]
+        tempered = (raw * scale + edge_bias.index_select(0, code_c)) / temperature  # [e]
+        inside[first:end] = tempered.abs() < clip
+        # |logit| <= clip, so exp cannot overflow and no per-segment max is needed
+        weights = tempered.clamp_(-clip, clip).exp_()  # [e]
+        totals = torch.segment_reduce(weights, "sum", lengths=lengths)  # [n]
+        chunk_scores = torch.div(weights, totals.index_select(0, dst_c), out=scores[first:end])  # [e]
+        out[first_node:end_node] = torch.segment_reduce(chunk_scores.unsqueeze(1) * value_e, "sum", lengths=lengths)
+    return out, scores, inside
 
-    @staticmethod
-    def forward(ctx, query, key, value, edge_scale, edge_bias, src, dst, code, in_degree, temperature, clip):
-        num_nodes, width = query.shape
-        scale = 1.0 / math.sqrt(width)
-        key_value = torch.cat([key, value], dim=1)  # [N, 2d]: one gather per chunk for both
-        out = query.new_zeros(num_nodes, width)
-        scores = query.new_empty(src.numel())
-        inside = torch.empty(src.numel(), dtype=torch.bool, device=src.device)  # where the clip passes gradient
-        chunks = destination_chunks(in_degree)
-        for first_node, end_node, first, end in chunks:
-            src_c, dst_c, code_c = src[first:end], dst[first:end] - first_node, code[first:end].long()
-            lengths = in_degree[first_node:end_node]
-            key_e, value_e = key_value.index_select(0, src_c).split(width, dim=1)  # [e, d] x2
-            query_e = query[first_node:end_node].index_select(0, dst_c)  # [e, d]
-            raw = (query_e * key_e * edge_scale.index_select(0, code_c)).sum(-1)  # [e]
-            tempered = (raw * scale + edge_bias.index_select(0, code_c)) / temperature  # [e]
-            inside[first:end] = tempered.abs() < clip
-            # |logit| <= clip, so exp cannot overflow and no per-segment max is needed
-            weights = tempered.clamp_(-clip, clip).exp_()  # [e]
-            totals = torch.segment_reduce(weights, "sum", lengths=lengths)  # [n]
-            chunk_scores = torch.div(weights, totals.index_select(0, dst_c), out=scores[first:end])  # [e]
-            out[first_node:end_node] = torch.segment_reduce(
-                chunk_scores.unsqueeze(1) * value_e, "sum", lengths=lengths
-            )
-        ctx.save_for_backward(query, key, value, edge_scale, src, dst, code, in_degree, scores, inside)
-        ctx.temperature, ctx.scale, ctx.chunks = temperature, scale, chunks
-        return out, scores
 
-    @staticmethod
-    def backward(ctx, grad_out, grad_scores):
-        query, key, value, edge_scale, src, dst, code, in_degree, scores, inside = ctx.saved_tensors
-        num_nodes, width = query.shape
-        num_codes = edge_scale.shape[0]
-        key_value = torch.cat([key, value], dim=1)  # [N, 2d]
-        grad_query = torch.zeros_like(query)
-        grad_key_value = query.new_zeros(num_nodes, 2 * width)  # keys and values are both gathered by src
-        grad_edge_scale = torch.zeros_like(edge_scale)
-        grad_edge_bias = query.new_zeros(num_codes)
-        for first_node, end_node, first, end in ctx.chunks:
-            src_c, dst_c, code_c = src[first:end], dst[first:end] - first_node, code[first:end].long()
-            lengths, scores_c = in_degree[first_node:end_node], scores[first:end]
-            grad_out_e = grad_out[first_node:end_node].index_select(0, dst_c)  # [e, d]
-            key_e, value_e = key_value.index_select(0, src_c).split(width, dim=1)  # [e, d] x2
-            # d loss / d score of each edge, through the messages and (if used) the scores output
-            grad_score = (grad_out_e * value_e).sum(-1)  # [e]
-            if grad_scores is not None:
-                grad_score += grad_scores[first:end]
-            # softmax backward within each destination's segment
-            expected = torch.segment_reduce(scores_c * grad_score, "sum", lengths=lengths)  # [n]
-            grad_logit = scores_c * (grad_score - expected.index_select(0, dst_c))  # [e]
-            grad_logit = grad_logit * inside[first:end] / ctx.temperature  # [e] gradient of the bias term
-            grad_raw = (grad_logit * ctx.scale).unsqueeze(1)  # [e, 1]
-            query_e = query[first_node:end_node].index_select(0, dst_c)  # [e, d]
-            scale_e = edge_scale.index_select(0, code_c)  # [e, d]
-            grad_query[first_node:end_node] = torch.segment_reduce(
-                grad_raw * key_e * scale_e, "sum", lengths=lengths
-            )
-            grad_key_value.index_add_(
-                0, src_c, torch.cat([grad_raw * query_e * scale_e, scores_c.unsqueeze(1) * grad_out_e], dim=1)
-            )
-            # C is tiny, so a one-hot matmul beats index_add_'s serial scatter into a handful of rows
-            own_code = torch.nn.functional.one_hot(code_c, num_codes).to(query.dtype)  # [e, C]
-            grad_edge_scale += own_code.t() @ (grad_raw * query_e * key_e)  # [C, d]
-            grad_edge_bias += torch.bincount(code_c, weights=grad_logit, minlength=num_codes).to(query.dtype)
-        grad_key, grad_value = grad_key_value.split(width, dim=1)
-        return grad_query, grad_key, grad_value, grad_edge_scale, grad_edge_bias, *([None] * 6)
+def _edge_attention_backward_torch(grad_out, grad_scores, query, key_value, edge_scale, scores, inside, ptr, src,
+                                   code, source_ptr, source_edge, source_dst, source_code, temperature):
+    """`sgt::edge_attention_backward` in torch, chunk by chunk: gradients of query, key_value, E and B."""
+    width = query.shape[1]
+    num_codes = edge_scale.shape[0]
+    scale = 1.0 / math.sqrt(width)
+    in_degree = ptr.diff()  # [N]
+    grad_query = torch.zeros_like(query)
+    grad_key_value = torch.zeros_like(key_value)  # keys and values are both gathered by src
+    grad_edge_scale = torch.zeros_like(edge_scale)
+    grad_edge_bias = query.new_zeros(num_codes)
+    for first_node, end_node, first, end in destination_chunks(in_degree):
+        lengths, scores_c = in_degree[first_node:end_node], scores[first:end]
+        src_c, dst_c, code_c = src[first:end], _local_destinations(lengths), code[first:end].long()
+        grad_out_e = grad_out[first_node:end_node].index_select(0, dst_c)  # [e, d]
+        key_e, value_e = key_value.index_select(0, src_c).split(width, dim=1)  # [e, d] x2
+        # d loss / d score of each edge, through the messages and (if used) the scores output
+        grad_score = (grad_out_e * value_e).sum(-1)  # [e]
+        if grad_scores is not None:
+            grad_score += grad_scores[first:end]
+        # softmax backward within each destination's segment
+        expected = torch.segment_reduce(scores_c * grad_score, "sum", lengths=lengths)  # [n]
+        grad_logit = scores_c * (grad_score - expected.index_select(0, dst_c))  # [e]
+        grad_logit = grad_logit * inside[first:end] / temperature  # [e] gradient of the bias term
+        grad_raw = (grad_logit * scale).unsqueeze(1)  # [e, 1]
+        query_e = query[first_node:end_node].index_select(0, dst_c)  # [e, d]
+        scale_e = edge_scale.index_select(0, code_c)  # [e, d]
+        grad_query[first_node:end_node] = torch.segment_reduce(grad_raw * key_e * scale_e, "sum", lengths=lengths)
+        grad_key_value.index_add_(
+            0, src_c, torch.cat([grad_raw * query_e * scale_e, scores_c.unsqueeze(1) * grad_out_e], dim=1)
+        )
+        # C is tiny, so a one-hot matmul beats index_add_'s serial scatter into a handful of rows
+        own_code = torch.nn.functional.one_hot(code_c, num_codes).to(query.dtype)  # [e, C]
+        grad_edge_scale += own_code.t() @ (grad_raw * query_e * key_e)  # [C, d]
+        grad_edge_bias += torch.bincount(code_c, weights=grad_logit, minlength=num_codes).to(query.dtype)
+    return grad_query, grad_key_value, grad_edge_scale, grad_edge_bias
+
+
+def _edges_by_source_torch(ptr, src, code):
+    """`sgt::edges_by_source` in torch: a stable sort of the edges by source."""
+    num_nodes = ptr.numel() - 1
+    order = torch.argsort(src.long(), stable=True)  # [E] edge ids by source, ascending within a source
+    source_ptr = torch.zeros(num_nodes + 1, dtype=torch.int64, device=ptr.device)
+    torch.cumsum(torch.bincount(src.long(), minlength=num_nodes), 0, out=source_ptr[1:])
+    dst = _local_destinations(ptr.diff())  # [E]
+    return source_ptr, order.to(INDEX_DTYPE), dst[order].to(INDEX_DTYPE), code[order]
+
+
+def _setup_context(ctx, inputs, output):
+    query, key_value, edge_scale, _edge_bias, *graph, temperature, _clip = inputs
+    _out, scores, inside = output
+    ctx.save_for_backward(query, key_value, edge_scale, scores, inside, *graph)
+    ctx.temperature = temperature
+    ctx.set_materialize_grads(False)  # no [E] zeros when the scores take no gradient
+
+
+def _backward(ctx, grad_out, grad_scores, _grad_inside):
+    query, key_value, edge_scale, scores, inside, *graph = ctx.saved_tensors
+    grad_out = torch.zeros_like(query) if grad_out is None else grad_out.contiguous()
+    grad_scores = None if grad_scores is None else grad_scores.contiguous()
+    grads = operators().edge_attention_backward(grad_out, grad_scores, query, key_value, edge_scale, scores,
+                                                 inside, *graph, ctx.temperature)
+    return *grads, *([None] * 9)  # the graph, temperature and clip take none
+
+
+@functools.cache
+def _operators():
+    """`torch.ops.sgt` with the edge operators' torch implementations (every device but the compiled
+    CPU one) and their autograd registered."""
+    ops = operators()
+    torch.library.register_kernel("sgt::edges_by_source", None, _edges_by_source_torch)
+    torch.library.register_kernel("sgt::edge_attention", None, _edge_attention_torch)
+    torch.library.register_kernel("sgt::edge_attention_backward", None, _edge_attention_backward_torch)
+    torch.library.register_autograd("sgt::edge_attention", _backward, setup_context=_setup_context)
+    return ops
 
 
 # The compiled kernels index with int32 and read codes as uint8: 4 + 1 bytes per edge where int64 would
@@ -121,7 +158,7 @@ INDEX_DTYPE, CODE_DTYPE = torch.int32, torch.uint8
 
 @dataclass(frozen=True)
 class CompactEdges:
-    """Destination-sorted edges as the compiled kernels read them, with their grouping by source.
+    """Destination-sorted edges as `sgt::edge_attention` reads them, with their grouping by source.
 
     It depends only on the graph and the edge codes, so a caller with several layers or epochs over one
     graph builds it once (`compact_edges`): 5 bytes per edge for the sources and codes, 9 for the
@@ -143,20 +180,24 @@ class CompactEdges:
     source_code: Tensor
     source_edge: Tensor
 
+    def tensors(self) -> tuple[Tensor, ...]:
+        """The graph arguments of `sgt::edge_attention` and its backward pass, in their order."""
+        return self.ptr, self.src, self.code, self.source_ptr, self.source_edge, self.source_dst, self.source_code
+
 
 def compact_edges(edge_index: Tensor, edge_code: Tensor, ptr: Tensor, num_codes: int) -> CompactEdges:
     """Checks that every index fits and groups the edges by source, in O(N + E).
 
-    The kernels trust their indices, so an out-of-range one would read or write outside a buffer: the
-    bounds check here is what stands between a bad graph and memory corruption. Int32 sources of their
+    The indices are checked here, before they are narrowed to int32 / uint8 (a wider value would wrap
+    into range); the operators check the narrowed ones again before every call. Int32 sources of their
     own storage and uint8 codes are used without a copy.
     """
     num_nodes, src = ptr.numel() - 1, edge_index[0]
     if max(num_nodes, src.numel()) > torch.iinfo(INDEX_DTYPE).max:
-        raise ValueError(f"the compiled attention kernels index with int32: {num_nodes} nodes and {src.numel()} "
-                         "edges do not fit (SGT_CPU_KERNELS=0 runs the torch kernels)")
+        raise ValueError(f"the attention operators index with int32: {num_nodes} nodes and {src.numel()} "
+                         "edges do not fit")
     if num_codes > torch.iinfo(CODE_DTYPE).max + 1:
-        raise ValueError(f"the compiled attention kernels take at most 256 edge codes, got {num_codes}")
+        raise ValueError(f"the attention operators take at most 256 edge codes, got {num_codes}")
     if int(ptr[0]) != 0 or int(ptr[-1]) != src.numel() or bool((ptr.diff() < 0).any()):
         raise ValueError(f"the CSR offsets must rise from 0 to the edge count; they cover {int(ptr[0])}.."
                          f"{int(ptr[-1])} for {src.numel()} edges")
@@ -168,70 +209,9 @@ def compact_edges(edge_index: Tensor, edge_code: Tensor, ptr: Tensor, num_codes:
         # A row of the caller's [2, E] edge index: copied, so that the compact edges never keep the
         # destinations' row alive (a caller holding only these can free the graph's edges).
         src = src.clone()
-    num_edges = src.numel()
-    compact = CompactEdges(
-        ptr=ptr.contiguous(), src=src, code=code,
-        source_ptr=torch.empty(num_nodes + 1, dtype=torch.int64),
-        source_dst=torch.empty(num_edges, dtype=INDEX_DTYPE),
-        source_code=torch.empty(num_edges, dtype=CODE_DTYPE),
-        source_edge=torch.empty(num_edges, dtype=INDEX_DTYPE),
-    )
-    checked(cpu_kernels().sgt_edges_by_source(
-        num_nodes, address(compact.ptr), address(src), address(code), address(compact.source_ptr),
-        address(compact.source_edge), address(compact.source_dst), address(compact.source_code),
-    ), "sgt_edges_by_source")
-    return compact
-
-
-class _CompiledEdgeAttention(torch.autograd.Function):
-    """The same attention through the C kernels (sgt_core/kernels/attention.c), float32 on the CPU.
-
-    One sweep over the destinations per forward pass, two per backward pass (destinations, then sources),
-    with every per-edge intermediate in registers: about 10x faster than the chunked torch version on
-    Minesweeper's 389k attention edges. Per edge it keeps the scores and clip mask (5 bytes) per layer,
-    reads int32 sources and uint8 codes, and needs 8 bytes of scratch during a backward pass.
-    """
-
-    @staticmethod
-    def forward(ctx, query, key, value, edge_scale, edge_bias, edges, temperature, clip):
-        query, edge_scale, edge_bias = (t.contiguous() for t in (query, edge_scale, edge_bias))
-        key_value = torch.cat([key, value], dim=1)  # [N, 2d]: a key and its value on one cache line
-        num_nodes, width = query.shape
-        out = query.new_empty(num_nodes, width)
-        scores = query.new_empty(edges.src.numel())
-        inside = torch.empty(edges.src.numel(), dtype=torch.bool)
-        cpu_kernels().sgt_edge_attention_forward(
-            num_nodes, width, address(query), address(key_value), address(edge_scale), address(edge_bias),
-            address(edges.ptr), address(edges.src), address(edges.code), temperature, clip,
-            address(out), address(scores), address(inside),
-        )
-        ctx.save_for_backward(query, key_value, edge_scale, scores, inside)
-        ctx.edges, ctx.temperature = edges, temperature
-        return out, scores
-
-    @staticmethod
-    def backward(ctx, grad_out, grad_scores):
-        query, key_value, edge_scale, scores, inside = ctx.saved_tensors
-        edges = ctx.edges
-        num_nodes, width = query.shape
-        num_codes = edge_scale.shape[0]
-        query_grad = torch.cat([query, grad_out], dim=1)  # [N, 2d]: what each edge's destination gives
-        grad_scores = grad_scores.contiguous() if grad_scores is not None else None
-        grad_query = torch.empty_like(query)
-        grad_key_value = torch.empty_like(key_value)
-        grad_edge_scale = torch.empty_like(edge_scale)
-        grad_edge_bias = edge_scale.new_empty(num_codes)
-        edge_terms = query.new_empty(2 * scores.numel())  # scratch: (d loss / d raw logit, score) per edge
-        checked(cpu_kernels().sgt_edge_attention_backward(
-            num_nodes, width, num_codes, address(query_grad), address(key_value), address(edge_scale),
-            address(edges.ptr), address(edges.src), address(edges.code), address(edges.source_edge),
-            address(edges.source_ptr), address(edges.source_dst), address(edges.source_code),
-            address(scores), address(inside),
-            ctx.temperature, address(grad_scores), address(grad_query), address(grad_key_value),
-            address(grad_edge_scale), address(grad_edge_bias), address(edge_terms),
-        ), "sgt_edge_attention_backward")
-        grad_key, grad_value = grad_key_value.split(width, dim=1)
-        return grad_query, grad_key, grad_value, grad_edge_scale, grad_edge_bias, *([None] * 3)
+    source_ptr, source_edge, source_dst, source_code = _operators().edges_by_source(ptr.contiguous(), src, code)
+    return CompactEdges(ptr=ptr.contiguous(), src=src, code=code, source_ptr=source_ptr, source_dst=source_dst,
+                        source_code=source_code, source_edge=source_edge)
 
 
 def fused_edge_attention(
@@ -256,26 +236,28 @@ def fused_edge_attention(
     Args:
         query, key, value: float [N, d] node projections (value already normalised and scaled).
         edge_scale: float [C, d] E per edge code; edge_bias: float [C] B per edge code.
-        edge_index: integer [2, E] (src, dst) sorted by dst; edge_code: integer [E] in [0, C). int32
-            sources and uint8 codes are what the compiled kernels read; other dtypes are converted.
+        edge_index: integer [2, E] (src, dst) sorted by dst; edge_code: integer [E] in [0, C); only
+            read to build `compact` when it is missing.
         in_degree: int64 [N] incoming edges per node (the CSR segment lengths).
         temperature: tau; clip: bound on the tempered logits (<= 30 so exp cannot overflow).
-        compact: `compact_edges(edge_index, edge_code, ...)` when the caller has it (only the compiled CPU
-            path reads it; built here when missing).
+        compact: `compact_edges(edge_index, edge_code, ...)`, which a caller with several layers or
+            epochs over one graph builds once.
 
     Returns:
         out [N, d] and scores [E] (summing to 1 per destination).
+
+    It runs `sgt::edge_attention`: the compiled kernel on the CPU (one sweep over the destinations with
+    every per-edge value in registers, about 10x faster than torch), `_edge_attention_torch` elsewhere.
+    Between the passes it keeps the scores and clip mask, 5 bytes per edge.
     """
-    if usable(query, key, value, edge_scale, edge_bias):
-        if compact is None:
-            ptr = torch.zeros(in_degree.numel() + 1, dtype=torch.int64)
-            torch.cumsum(in_degree, 0, out=ptr[1:])
-            compact = compact_edges(edge_index, edge_code, ptr, edge_scale.shape[0])
-        elif edge_scale.shape[0] > torch.iinfo(CODE_DTYPE).max + 1:
-            raise ValueError(f"the compiled attention kernels take at most 256 edge codes, got {edge_scale.shape[0]}")
-        return _CompiledEdgeAttention.apply(query, key, value, edge_scale, edge_bias, compact, float(temperature),
-                                            float(clip))
-    return _FusedEdgeAttention.apply(
-        query, key, value, edge_scale, edge_bias, edge_index[0], edge_index[1], edge_code, in_degree,
-        float(temperature), float(clip),
-    )
+    if compact is None:
+        ptr = torch.zeros(in_degree.numel() + 1, dtype=torch.int64, device=in_degree.device)
+        torch.cumsum(in_degree, 0, out=ptr[1:])
+        compact = compact_edges(edge_index, edge_code, ptr, edge_scale.shape[0])
+    elif edge_scale.shape[0] > torch.iinfo(CODE_DTYPE).max + 1:
+        raise ValueError(f"the attention operators take at most 256 edge codes, got {edge_scale.shape[0]}")
+    key_value = torch.cat([key, value], dim=1)  # [N, 2d]: a key and its value on one cache line
+    out, scores, _inside = _operators().edge_attention(
+        query.contiguous(), key_value, edge_scale.contiguous(), edge_bias.contiguous(), *compact.tensors(),
+        float(temperature), float(clip))
+    return out, scores

@@ -2,59 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor, nn
 
+from sgt_core.layers import FullLayer, SampledLayer
+from sgt_core.models.deep_norm import DeepNorm
 from sgt_core.models.dropout import Dropout
 from sgt_core.models.feed_forward import FeedForward
 from sgt_core.models.node_encoder import NodeEncoder, NodeExtras
 from sgt_core.models.sampled_attention import SampledAttention
-from sgt_core.models.substructure_encoder import DeepNorm
-
-
-@dataclass(frozen=True)
-class SampledLayer:
-    """The attention pattern of one layer, in the local row numbering of that layer's input.
-
-    Attributes:
-        queries: int64 [Q] rows of the layer input whose representation this layer updates; the layer
-            output has Q rows, in this order (and is the next layer's input).
-        neighbours: int64 [Q, deg] rows of the layer input each query attends to.
-        neighbour_type: int64 [Q, deg] edge type of each sampled edge.
-        neighbour_mask: bool [Q, deg] False for padding slots.
-        neighbour_spd: int64 [Q, deg] SPD bucket of each sampled edge (0: none), or None when the graph
-            has no SPD encoding.
-    """
-
-    queries: Tensor
-    neighbours: Tensor
-    neighbour_type: Tensor
-    neighbour_mask: Tensor
-    neighbour_spd: Tensor | None = None
-
-    def to(self, device) -> SampledLayer:
-        spd = self.neighbour_spd.to(device) if self.neighbour_spd is not None else None
-        tensors = (self.queries, self.neighbours, self.neighbour_type, self.neighbour_mask)
-        return SampledLayer(*(t.to(device) for t in tensors), neighbour_spd=spd)
-
-
-@dataclass(frozen=True)
-class FullLayer:
-    """The whole interaction graph as one layer's pattern (the Exphormer-style baseline, no sampling).
-
-    Attributes:
-        edge_index: int64 [2, E] (src, dst) sorted by dst.
-        edge_type: int64 [E].
-        in_degree: int64 [N] incoming edges per node.
-        edge_spd: int64 [E] SPD bucket of each edge, or None.
-    """
-
-    edge_index: Tensor
-    edge_type: Tensor
-    in_degree: Tensor
-    edge_spd: Tensor | None = None
 
 
 class SpexphormerLayer(nn.Module):

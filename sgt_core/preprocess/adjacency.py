@@ -1,5 +1,5 @@
 """Sparse adjacency matrices of edge lists: the validated simple undirected one of every preprocessing
-component, and a row-sorted CSR built in linear time."""
+component (also as bare CSR arrays), a row-sorted CSR built in linear time, and CSR segment positions."""
 
 from __future__ import annotations
 
@@ -44,6 +44,12 @@ def simple_adjacency(edge_index: np.ndarray, num_nodes: int, where: str) -> sp.c
     return adj
 
 
+def simple_csr(edge_index: np.ndarray, num_nodes: int, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr [n+1], indices [E']) of the simple undirected graph: symmetrised, no loops, no repeats."""
+    adj = simple_adjacency(edge_index, num_nodes, where)
+    return adj.indptr.astype(np.int64), adj.indices.astype(np.int64)
+
+
 def sorted_csr(rows: np.ndarray, cols: np.ndarray, values: np.ndarray, num_nodes: int) -> sp.csr_matrix:
     """CSR matrix [n, n] with entry (rows[i], cols[i]) = values[i]: rows sorted, repeats summed. O(n + E).
 
@@ -62,3 +68,10 @@ def sorted_csr(rows: np.ndarray, cols: np.ndarray, values: np.ndarray, num_nodes
         return matrix
     return sp.coo_matrix((values, (rows, cols)), shape=(num_nodes, num_nodes)).tocsr()
 
+
+def segment_positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Flat positions starts[i] + 0..lengths[i]-1 of several CSR segments, back to back: int64 [sum]."""
+    if lengths.size == 0:
+        return np.empty(0, dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return np.repeat(starts - offsets, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse
@@ -13,10 +12,11 @@ import scipy.sparse.csgraph
 import torch
 from torch_geometric.data import Data
 
-from sgt_core.errors import ConfigError, DatasetError
+from sgt_core.config.preprocess import AnchorsConfig, ExpanderConfig, LpeConfig
+from sgt_core.errors import DatasetError
 from sgt_core.preprocess.adjacency import sorted_csr
 from sgt_core.preprocess.anchors import k_dominating_set, receptive_field_edges
-from sgt_core.preprocess.expander import DEFAULT_LANCZOS_STEPS, hamiltonian_expander
+from sgt_core.preprocess.expander import hamiltonian_expander
 from sgt_core.preprocess.interaction_graph import EDGE_TYPES, NO_SPD, NODE_KINDS, InteractionGraph
 from sgt_core.preprocess.laplacian import laplacian_eigenpairs
 from sgt_core.preprocess.substructure_tokens import SubstructureTokens
@@ -33,44 +33,16 @@ log = logging.getLogger(__name__)
 _TYPE_SLOTS = len(EDGE_TYPES)
 
 
-@dataclass(frozen=True)
-class AnchorOptions:
-    """The `preprocess.anchors` config group, minus `enabled` (see `anchors.receptive_field_edges`).
-
-    Attributes:
-        k: hop radius of the k-dominating set and of the k-hop edges.
-        max_khop_per_node: most k-hop edges per node (nearest shells first, random in the last); None: all.
-        max_anchors_per_node: most anchor edges per node (nearest anchors by SPD, random ties); None: all,
-            as in AnchorGT.
-        max_spd: last SPD bucket, shared by farther and unreachable anchors; k < max_spd.
-    """
-
-    k: int = 2
-    max_khop_per_node: int | None = 32
-    max_anchors_per_node: int | None = None
-    max_spd: int = 8
-
-    def __post_init__(self) -> None:
-        if self.k < 1 or self.max_spd <= self.k:
-            raise ConfigError(
-                f"preprocess.anchors: need k >= 1 and max_spd > k; got k={self.k}, max_spd={self.max_spd}"
-            )
-
-
 def build_interaction_graph(
     graph: Data,
     *,
     self_loops: bool,
-    expander_degree: int | None,
-    ramanujan_slack: float,
-    expander_max_tries: int,
+    expander: ExpanderConfig | None,
     virtual_nodes: int,
     seed: int,
-    per_component: bool = False,
-    anchors: AnchorOptions | None = None,
+    anchors: AnchorsConfig | None = None,
     substructure_tokens: SubstructureTokens | None = None,
-    lpe_eigenpairs: int | None = None,
-    lanczos_steps: int = DEFAULT_LANCZOS_STEPS,
+    lpe: LpeConfig | None = None,
     compact: bool = False,
 ) -> InteractionGraph:
     """Builds H = graph edges + self-loops + expander + virtual nodes + anchor/k-hop edges + tokens.
@@ -94,17 +66,15 @@ def build_interaction_graph(
     Args:
         graph: a validated graph from `sgt_core.data.load_dataset`.
         self_loops: add one `self` edge per node (added nodes included).
-        expander_degree: even degree d of the random regular expander on the real nodes; None disables it.
-        ramanujan_slack: accept the expander when its second-largest |eigenvalue| <= 2*sqrt(d-1) + slack.
-        expander_max_tries: expanders generated before giving up.
+        expander: `preprocess.expander`, the random regular expander on the real nodes (its degree,
+            near-Ramanujan check and `per_component`, see `hamiltonian_expander`); None or not enabled: none.
         virtual_nodes: number of virtual nodes, each joined both ways to every real node.
         seed: seeds the expander and the anchors' tie-breaks.
-        per_component: build one expander inside each connected component instead of one across all nodes.
-        anchors: AnchorGT's receptive field (`anchor` and `khop` edges with SPD buckets); None disables it.
+        anchors: `preprocess.anchors`, AnchorGT's receptive field (`anchor` and `khop` edges with SPD
+            buckets); None or not enabled: none.
         substructure_tokens: DeepGraph's tokens (from `sample_substructure_tokens`), each joined both ways
             to its members by `substructure` edges; None disables them.
-        lpe_eigenpairs: m, the Laplacian eigenpairs per node for SAN's LPE; None disables it.
-        lanczos_steps: Lanczos steps of the expander's near-Ramanujan check (`hamiltonian_expander`).
+        lpe: `preprocess.lpe`, SAN's LPE input: its `m` Laplacian eigenpairs per node; None or not enabled: none.
         compact: give `edge_index`, `edge_type`, `edge_spd`, `node_kind` and `token_type` in the dtypes
             `InteractionGraph.save` stores (int32, int8, int16, int8, int8) instead of int64, so a large
             graph is never held in int64 at all (the preprocess stage does this).
@@ -113,6 +83,8 @@ def build_interaction_graph(
     are merged row by row, never sorted as a whole), plus the components' own costs: the expander's,
     and those of anchors, substructure tokens and the LPE, which are meant for graphs of moderate size.
     """
+    # A group switched off is read as no component at all (its other values are not checked then).
+    expander, anchors, lpe = (group if group is not None and group.enabled else None for group in (expander, anchors, lpe))
     num_real = graph.num_nodes
     num_tokens = substructure_tokens.num_tokens if substructure_tokens is not None else 0
     num_total = num_real + virtual_nodes + num_tokens
@@ -133,13 +105,11 @@ def build_interaction_graph(
         blocks.append(_edge_block(loop, loop, "self", num_total, code_dtype))
 
     expander_table = None
-    if expander_degree:
+    if expander is not None:
         started = time.perf_counter()
-        log.info("preprocess: drawing the degree-%d expander", expander_degree)
-        expander_table, expander_stats = _expander_neighbours(
-            graph_edges, num_real, expander_degree, ramanujan_slack, expander_max_tries,
-            per_component, np.random.default_rng(seed), lanczos_steps,
-        )
+        log.info("preprocess: drawing the degree-%d expander", expander.degree)
+        expander_table, expander_stats = _expander_neighbours(graph_edges, num_real, expander,
+                                                              np.random.default_rng(seed))
         blocks.append(_table_block(expander_table, "expander", num_total, code_dtype))
         stats.update(expander_stats, seconds_expander=time.perf_counter() - started)
 
@@ -198,11 +168,11 @@ def build_interaction_graph(
     else:
         token_adjacency, token_type = torch.zeros(0, 0), torch.zeros(0, dtype=small_dtype)
 
-    if lpe_eigenpairs:
+    if lpe is not None:
         started = time.perf_counter()
-        log.info("preprocess: %d Laplacian eigenpairs for the LPE", lpe_eigenpairs)
+        log.info("preprocess: %d Laplacian eigenpairs for the LPE", lpe.m)
         # [n, m] each: eigenvalues (the same on every row), eigenvector entries, padding mask
-        values, vectors, mask = laplacian_eigenpairs(graph_edges, num_real, lpe_eigenpairs)
+        values, vectors, mask = laplacian_eigenpairs(graph_edges, num_real, lpe.m)
         eigenvalues, eigenvectors = pad(torch.from_numpy(values), 0.0), pad(torch.from_numpy(vectors), 0.0)
         eigen_mask = pad(torch.from_numpy(mask), False)  # added nodes have no spectrum: fully masked
         stats.update(lpe_eigenpairs=int(mask[0].sum()) if num_real else 0,
@@ -244,15 +214,15 @@ def build_interaction_graph(
 def _receptive_field_blocks(
     graph_edges: np.ndarray,
     num_nodes: int,
-    options: AnchorOptions,
+    anchors: AnchorsConfig,
     expander_table: np.ndarray | None,
     generator: np.random.Generator,
 ) -> tuple[list[tuple[str, np.ndarray, np.ndarray, np.ndarray]], dict]:
     """AnchorGT's `anchor` and `khop` edges (type name, src, dst, SPD bucket), minus pairs the expander holds."""
-    anchor_ids = k_dominating_set(graph_edges, num_nodes, options.k, generator)
+    anchor_ids = k_dominating_set(graph_edges, num_nodes, anchors.k, generator)
     field = receptive_field_edges(
-        graph_edges, num_nodes, anchor_ids, options.k, options.max_khop_per_node, generator,
-        max_spd=options.max_spd, max_anchors_per_node=options.max_anchors_per_node,
+        graph_edges, num_nodes, anchor_ids, anchors.k, anchors.max_khop_per_node, generator,
+        max_spd=anchors.max_spd, max_anchors_per_node=anchors.max_anchors_per_node,
     )
     # Expander pairs take precedence (it must stay d-regular): drop anchor/k-hop pairs it already holds.
     # The table's rows are sorted, so its (dst, src) keys come out sorted.
@@ -287,18 +257,16 @@ def _receptive_field_blocks(
 def _expander_neighbours(
     graph_edges: np.ndarray,
     num_nodes: int,
-    degree: int,
-    ramanujan_slack: float,
-    max_tries: int,
-    per_component: bool,
+    config: ExpanderConfig,
     generator: np.random.Generator,
-    lanczos_steps: int,
 ) -> tuple[np.ndarray, dict]:
     """The expander as a neighbour table [n, d] (rows sorted), across all nodes or inside each component."""
-    if not per_component:
+    degree = config.degree
+    options = {"ramanujan_slack": config.ramanujan_slack, "max_tries": config.max_tries,
+               "spectral_check_steps": config.spectral_check_steps}  # `hamiltonian_expander`'s, same names
+    if not config.per_component:
         expander = hamiltonian_expander(num_nodes, degree, generator=generator, forbidden_edge_index=graph_edges,
-                                        ramanujan_slack=ramanujan_slack, max_tries=max_tries,
-                                        lanczos_steps=lanczos_steps)
+                                        **options)
         return expander.neighbours, {
             "expander_second_eigenvalue": expander.second_eigenvalue, "expander_bound": expander.bound,
             "expander_tries": expander.tries, "expander_lanczos_steps": expander.spectral.steps,
@@ -323,8 +291,7 @@ def _expander_neighbours(
     components = zip(np.split(order, np.cumsum(sizes)[:-1]), np.split(local_edges, np.cumsum(edge_sizes)[:-1], axis=1))
     for members, forbidden in components:
         expander = hamiltonian_expander(members.size, degree, generator=generator, forbidden_edge_index=forbidden,
-                                        ramanujan_slack=ramanujan_slack, max_tries=max_tries,
-                                        lanczos_steps=lanczos_steps)
+                                        **options)
         # members ascend, so mapping local ids to global ones keeps every row sorted
         table[members] = members[expander.neighbours]
         worst, bound = max(worst, expander.second_eigenvalue), expander.bound

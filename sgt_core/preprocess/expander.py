@@ -81,7 +81,7 @@ def hamiltonian_expander(
     forbidden_edge_index: np.ndarray | None = None,
     ramanujan_slack: float = 0.1,
     max_tries: int = 20,
-    lanczos_steps: int = DEFAULT_LANCZOS_STEPS,
+    spectral_check_steps: int = DEFAULT_LANCZOS_STEPS,
 ) -> ExpanderResult:
     """Draw a simple ``degree``-regular near-Ramanujan graph as the union of ``degree/2`` Hamiltonian cycles.
 
@@ -91,7 +91,7 @@ def hamiltonian_expander(
     second-largest absolute eigenvalue exceeds ``bound = 2 * sqrt(degree - 1) + ramanujan_slack`` are
     redrawn, up to ``max_tries`` graphs (a bipartite draw has eigenvalue ``-degree`` and is rejected).
     That eigenvalue comes from ``second_eigenvalue_estimate``: exact on small graphs, otherwise a Lanczos
-    estimate of ``lanczos_steps`` steps, so the check costs O(lanczos_steps * n * d) whatever n. The
+    estimate of ``spectral_check_steps`` Lanczos steps, so the check costs O(steps * n * d) whatever n. The
     estimate is a lower bound, short of the true value by ~5e-3 or less at the default 100 steps on graphs
     up to 10^6 nodes (see there): a graph can pass whose true value exceeds the bound by that much.
 
@@ -109,7 +109,7 @@ def hamiltonian_expander(
         forbidden_edge_index: int array [2, E] of node pairs the expander must not contain.
         ramanujan_slack: eps in the acceptance bound above.
         max_tries: how many graphs to draw before giving up.
-        lanczos_steps: Lanczos steps of the spectral check on graphs too large for the dense solver.
+        spectral_check_steps: Lanczos steps of the spectral check on graphs too large for the dense solver.
 
     Returns:
         ExpanderResult: the neighbour table ``[n, d]`` (rows ascending), whose ``edge_index`` is int64
@@ -122,11 +122,11 @@ def hamiltonian_expander(
     n = operator.index(num_nodes)
     d = operator.index(degree)
     max_tries = operator.index(max_tries)
-    if isinstance(lanczos_steps, bool) or not isinstance(lanczos_steps, int | np.integer) or lanczos_steps < 1:
-        raise ConfigError(
-            f"preprocess.expander.spectral_check_steps must be an integer >= 1 (Lanczos steps); got {lanczos_steps!r}"
-        )
-    steps = int(lanczos_steps)
+    if (isinstance(spectral_check_steps, bool) or not isinstance(spectral_check_steps, int | np.integer)
+            or spectral_check_steps < 1):
+        raise ConfigError(f"preprocess.expander.spectral_check_steps must be an integer >= 1 (Lanczos steps); "
+                          f"got {spectral_check_steps!r}")
+    steps = int(spectral_check_steps)
     if d < 2 or d % 2:
         raise ConfigError(
             f"expander degree must be an even integer >= 2 (it is the union of degree/2 Hamiltonian "

@@ -11,17 +11,14 @@ import numpy as np
 import torch
 from scipy.sparse.csgraph import connected_components
 
+from sgt_core.config.preprocess import PreprocessConfig
 from sgt_core.data import load_dataset
 from sgt_core.errors import ConfigError
 from sgt_core.preprocess.adjacency import sorted_csr
-from sgt_core.preprocess.builder import SUBSTRUCTURE_STREAM, AnchorOptions, build_interaction_graph
+from sgt_core.preprocess.builder import SUBSTRUCTURE_STREAM, build_interaction_graph
 from sgt_core.preprocess.degrees import IN_DEGREES_FILE, in_degree_histograms
 from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE, NODE_KINDS, InteractionGraph
-from sgt_core.preprocess.substructure_tokens import (
-    SUBSTRUCTURES_FILE,
-    SubstructureOptions,
-    sample_substructure_tokens,
-)
+from sgt_core.preprocess.substructure_tokens import SUBSTRUCTURES_FILE, sample_substructure_tokens
 
 log = logging.getLogger(__name__)
 
@@ -35,24 +32,17 @@ SIZE_LIMITED = {
 }
 
 
-def _options(group: dict) -> dict:
-    """A component's config group without its `enabled` switch and `max_nodes` limit: its options' arguments."""
-    return {key: value for key, value in group.items() if key not in ("enabled", "max_nodes")}
-
-
-def check_size_limits(options: dict, num_nodes: int) -> None:
-    """Refuses a graph too large for a switched-on component (its `max_nodes`; null: no limit).
+def check_size_limits(preprocess: PreprocessConfig, num_nodes: int) -> None:
+    """Refuses a graph too large for a switched-on component (its `max_nodes`; None: no limit).
 
     Raises:
         ConfigError: one line naming the component, its limit and why it has one.
     """
     for name, reason in SIZE_LIMITED.items():
-        group = options[name]
-        limit = group.get("max_nodes")
-        if not group["enabled"] or limit is None:
+        group = getattr(preprocess, name)
+        limit = group.max_nodes
+        if not group.enabled or limit is None:
             continue
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ConfigError(f"preprocess.{name}.max_nodes: must be null or an integer >= 1, found {limit!r}")
         if num_nodes > limit:
             raise ConfigError(
                 f"preprocess.{name}.enabled: refused on this graph of {num_nodes} nodes, above "
@@ -88,39 +78,33 @@ def run_preprocess(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[st
     With substructure tokens on, the sampled substructures and their encodings are saved too
     (`substructures.npz`), so they are computed once per preprocess cache key.
     """
+    preprocess = PreprocessConfig.from_dict(cfg["preprocess"])
     log.info("preprocess: loading dataset %s", cfg["dataset"]["name"])
     graph = load_dataset(cfg["dataset"], seed=cfg["seed"])
     log.info("preprocess: %d nodes, %d edges", graph.num_nodes, graph.num_edges)
-    options = cfg["preprocess"]
-    check_size_limits(options, graph.num_nodes)  # before the minutes the expander and tokens may take
-    expander = options["expander"]
+    check_size_limits(preprocess, graph.num_nodes)  # before the minutes the expander and tokens may take
     metrics: dict[str, float] = {}
 
     tokens = None
-    if options["substructures"]["enabled"]:
+    if preprocess.substructures.enabled:
         started = time.perf_counter()
         log.info("preprocess: sampling substructure tokens")
         generator = np.random.default_rng([cfg["seed"], SUBSTRUCTURE_STREAM])
-        substructure_options = SubstructureOptions(**_options(options["substructures"]))
         tokens = sample_substructure_tokens(
-            graph.edge_index.numpy(), graph.num_nodes, substructure_options, generator
+            graph.edge_index.numpy(), graph.num_nodes, preprocess.substructures, generator
         )
         tokens.save(out_dir / SUBSTRUCTURES_FILE)
         metrics["seconds_substructures"] = time.perf_counter() - started
 
     interaction_graph = build_interaction_graph(
         graph,
-        self_loops=options["self_loops"],
-        expander_degree=expander["degree"] if expander["enabled"] else None,
-        ramanujan_slack=expander["ramanujan_slack"],
-        expander_max_tries=expander["max_tries"],
-        virtual_nodes=options["virtual_nodes"],
-        seed=cfg["seed"],
-        per_component=expander["per_component"],
-        anchors=AnchorOptions(**_options(options["anchors"])) if options["anchors"]["enabled"] else None,
+        self_loops=preprocess.self_loops,
+        expander=preprocess.expander,  # each component's group, read by the builder only when enabled
+        virtual_nodes=preprocess.virtual_nodes,
+        anchors=preprocess.anchors,
         substructure_tokens=tokens,
-        lpe_eigenpairs=options["lpe"]["m"] if options["lpe"]["enabled"] else None,
-        lanczos_steps=expander["spectral_check_steps"],
+        lpe=preprocess.lpe,
+        seed=cfg["seed"],
         compact=True,  # the stored dtypes: a large graph is never held in int64 here
     )
     interaction_graph.save(out_dir / INTERACTION_GRAPH_FILE)

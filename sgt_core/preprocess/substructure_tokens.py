@@ -2,7 +2,8 @@
 
 DeepGraph (Zhao et al., "Are More Layers Beneficial to Graph Transformers?", ICLR 2023) adds one token
 node per sampled substructure; `sgt_core.preprocess.builder` joins each token both ways to its member
-nodes (edge type `substructure`). This module runs the data side once per graph, from `substructures.py`:
+nodes (edge type `substructure`). This module runs the data side once per graph, from the steps in
+`sgt_core/preprocess/substructures/`:
 
     match_substructures -> coverage_balanced_sample -> dfs_adjacency_encodings
 
@@ -12,46 +13,21 @@ preprocess cache key and can be inspected without re-running the matcher.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from sgt_core.errors import ConfigError
-from sgt_core.preprocess.substructures import (
-    DEFAULT_SUBSTRUCTURE_CAPS,
-    SUBSTRUCTURE_TYPES,
-    Substructures,
-    coverage_balanced_sample,
-    dfs_adjacency_encodings,
-    match_substructures,
-)
+from sgt_core.config.preprocess import SubstructuresConfig
+from sgt_core.preprocess.interaction_graph import SUBSTRUCTURE_TYPES
+from sgt_core.preprocess.substructures.coverage import coverage_balanced_sample
+from sgt_core.preprocess.substructures.dfs_encoding import dfs_adjacency_encodings
+from sgt_core.preprocess.substructures.instances import Substructures
+from sgt_core.preprocess.substructures.matching import match_substructures
 
-__all__ = ["SUBSTRUCTURES_FILE", "SubstructureOptions", "SubstructureTokens", "sample_substructure_tokens"]
+__all__ = ["SUBSTRUCTURES_FILE", "SubstructureTokens", "sample_substructure_tokens"]
 
 SUBSTRUCTURES_FILE = "substructures.npz"
-
-
-@dataclass(frozen=True)
-class SubstructureOptions:
-    """The `preprocess.substructures` config group, minus `enabled`.
-
-    Attributes:
-        threshold: coverage target: sample until every node lies in `threshold` tokens, or none is left.
-        max_size: side s of the padded DFS adjacency matrix (larger instances keep their first s DFS nodes).
-        types: type name -> cap (most candidates matched); 0 or absent switches a type off, None keeps all.
-    """
-
-    threshold: int = 2
-    max_size: int = 16
-    types: Mapping[str, int | None] = field(default_factory=lambda: dict(DEFAULT_SUBSTRUCTURE_CAPS))
-
-    def __post_init__(self) -> None:
-        if self.threshold < 0:
-            raise ConfigError(f"preprocess.substructures.threshold={self.threshold}: must be >= 0")
-        if self.max_size < 1:
-            raise ConfigError(f"preprocess.substructures.max_size={self.max_size}: must be >= 1")
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,14 +78,14 @@ class SubstructureTokens:
 
 
 def sample_substructure_tokens(
-    edge_index: np.ndarray, num_nodes: int, options: SubstructureOptions, generator: np.random.Generator
+    edge_index: np.ndarray, num_nodes: int, options: SubstructuresConfig, generator: np.random.Generator
 ) -> SubstructureTokens:
     """Matches the vocabulary, samples with coverage balancing, and encodes each sampled instance.
 
     Args:
         edge_index: int [2, E] input-graph edges (symmetrised, loops ignored).
         num_nodes: input-graph nodes n.
-        options: caps, coverage threshold and encoding size.
+        options: `preprocess.substructures`: the caps (`types`), coverage `threshold` and encoding `max_size`.
         generator: the only source of randomness (matching order, walks, sampling ties).
     """
     # A hop2 instance holds at most max_size nodes, so its encoding is never truncated.

@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from sgt_core.kernels import address, cpu_kernels, draw_seed, usable
-from sgt_core.models.spexphormer import FullLayer, SampledLayer
+from sgt_core.kernels import cpu_kernels, draw_seed, usable
+from sgt_core.layers import FullLayer, SampledLayer
 
-SAMPLERS = ("reservoir", "uniform", "topk")  # their codes in the C kernel are their positions here
+SAMPLERS = ("reservoir", "uniform", "topk")  # their codes in the compiled kernel are their positions here
 # "full" skips sampling: every layer attends over the whole interaction graph (Exphormer-style baseline)
 TRAIN_SAMPLERS = (*SAMPLERS, "full")
 
@@ -31,9 +31,9 @@ def sample_neighbours(
     neighbours) that matrix is huge, so here nodes are grouped by in-degree into power-of-two buckets,
     each bucket is padded only to its own width (at most 2x its candidates) and gets one batched top-k.
     That is a Python loop over ~log2(max degree) buckets, never over nodes, and it runs unchanged on CUDA.
-    On the CPU the compiled kernel (sgt_core/kernels/attention.c) does the same per node with a
-    counter-based generator seeded from `generator`: no padding, and ~20x faster than torch's serial
-    Mersenne Twister plus top-k.
+    On the CPU the compiled kernel (`sgt::sample_neighbours`, sgt_core/kernels/attention.cpp) does the
+    same per node with a counter-based generator seeded from `generator`: no padding, and ~20x faster
+    than torch's serial Mersenne Twister plus top-k.
 
     Nodes with fewer candidates than `degree` keep all of them and the remaining slots are masked
     (rather than filled by drawing with replacement, as the paper's reference code does): masking keeps
@@ -84,13 +84,10 @@ def sample_neighbours(
 def _sample_compiled(
     ptr: Tensor, scores: Tensor, degree: int, nodes: Tensor | None, method: str, generator: torch.Generator | None
 ) -> tuple[Tensor, Tensor]:
-    """`sample_neighbours` through the C kernel: the same keys, one node per loop iteration."""
-    ptr, scores = ptr.contiguous(), scores.contiguous()
+    """`sample_neighbours` through the compiled kernel: the same keys, one node per loop iteration."""
     nodes = nodes.contiguous() if nodes is not None else None
-    num_queries = nodes.numel() if nodes is not None else ptr.numel() - 1
-    edges = torch.empty(num_queries, degree, dtype=torch.long)
-    cpu_kernels().sgt_sample_neighbours(num_queries, address(nodes), address(ptr), address(scores), degree,
-                                        SAMPLERS.index(method), draw_seed(generator), address(edges))
+    edges = cpu_kernels().sample_neighbours(ptr.contiguous(), scores.contiguous(), nodes, degree,
+                                            SAMPLERS.index(method), draw_seed(generator))  # [Q, degree]
     return edges, edges >= 0
 
 

@@ -8,7 +8,8 @@ With `train.distributed.nproc_per_node` x `nnodes` > 1 the train stage does not 
    --rdzv-endpoint E --rdzv-id ID) -m sgt_core.train.distributed <launch.json>`, and waits. torchrun's
    elastic agent starts the N local ranks, restarts none (`--max-restarts 0`) and stops the others when
    one fails; every further node runs the same command (the stage logs it) and meets at the endpoint.
-2. Each rank (`main`, then `sgt_core.train.stage.run_rank`) joins the default process group (gloo on the
+2. Each rank (`main`, then the function `launch` was given: `sgt_core.train.stage.run_rank`, named in the
+   launch file, so this module never imports the stage's) joins the default process group (gloo on the
    CPU, NCCL on CUDA with one GPU per local rank), loads the inputs, builds the same network from the
    same seed and trains it under DistributedDataParallel on its share of every global batch (`Ranks`).
 3. Rank 0 alone writes model.pt, history.json and sampled_degrees.json into the stage's folder, as the
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib
 import json
 import logging
 import math
@@ -53,6 +55,7 @@ import sys
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,8 +143,11 @@ def _parent_death_signal():
     return lambda: prctl(1, signal.SIGTERM)
 
 
-def launch(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict:
+def launch(rank_main: Callable[[dict, dict[str, Path], Path], dict], cfg: dict, inputs: dict[str, Path],
+           out_dir: Path) -> dict:
     """Trains on `world_size` ranks through torchrun and returns rank 0's metrics; rank 0 wrote the files.
+
+    Each rank runs `rank_main(cfg, inputs, out_dir)`, a module-level function that ranks import by name.
 
     Raises:
         The first failing rank's error: an SGTError as its own type (e.g. a non-finite loss), anything
@@ -155,6 +161,7 @@ def launch(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict:
         "config": cfg,
         "inputs": {name: str(Path(path).resolve()) for name, path in inputs.items()},
         "out_dir": str(out_dir.resolve()),
+        "rank_main": f"{rank_main.__module__}:{rank_main.__qualname__}",
     }))
     command = torchrun_command(distributed, launch_file, rendezvous_id(folder))
     world = world_size(cfg["train"])
@@ -392,10 +399,10 @@ def main(argv: list[str]) -> None:
     root.setLevel(logging.INFO if rank == 0 else logging.WARNING)  # progress once, warnings from all
     try:
         spec = json.loads(launch_file.read_text())
-        from sgt_core.train.stage import run_rank  # the stage module imports this one
-
-        metrics = run_rank(spec["config"], {name: Path(path) for name, path in spec["inputs"].items()},
-                           Path(spec["out_dir"]))
+        module, _, function = spec["rank_main"].partition(":")
+        rank_main = getattr(importlib.import_module(module), function)  # e.g. sgt_core.train.stage.run_rank
+        metrics = rank_main(spec["config"], {name: Path(path) for name, path in spec["inputs"].items()},
+                            Path(spec["out_dir"]))
         if rank == 0:
             partial = launch_file.parent / f"{RESULT_FILE}.partial"
             partial.write_text(json.dumps(metrics))

@@ -14,6 +14,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from sgt_core.artifacts import read_upstream
+from sgt_core.config.model import ModelConfig
+from sgt_core.config.optimizer import AdamWConfig
+from sgt_core.config.sampler import SamplerConfig
+from sgt_core.config.train import TrainConfig
 from sgt_core.errors import ConfigError
 from sgt_core.export.scores import SCORES_DIR, read_attention_scores
 from sgt_core.metrics import UNDEFINED, all_metrics, evaluate, metric_name, splits_without_metric
@@ -25,7 +29,6 @@ from sgt_core.progress import Progress
 from sgt_core.sampling import LayerSampler
 from sgt_core.sampling.degrees import SAMPLED_DEGREES_FILE, sampled_degree_histograms
 from sgt_core.seeding import seed_everything
-from sgt_core.train.allocator import set_mmap_threshold
 from sgt_core.train.distributed import Ranks, launch, world_size
 
 log = logging.getLogger(__name__)
@@ -34,13 +37,19 @@ MODEL_FILE = "model.pt"
 HISTORY_FILE = "history.json"
 
 
-def resolve_device(requested: str) -> torch.device:
-    """`auto` -> CUDA when available, else CPU; `cuda` fails clearly when there is none."""
-    if requested == "auto":
+def resolve_device(device: str) -> torch.device:
+    """`train.device`: `auto` -> CUDA when available, else CPU; `cuda` fails clearly when there is none."""
+    if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if requested == "cuda" and not torch.cuda.is_available():
+    if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("train.device=cuda but torch.cuda.is_available() is False on this machine")
-    return torch.device(requested)
+    return torch.device(device)
+
+
+def read_groups(cfg: dict) -> tuple[ModelConfig, SamplerConfig, AdamWConfig, TrainConfig]:
+    """The groups the stage reads, typed: `model`, `sampler`, `optimizer` and `train`."""
+    return (ModelConfig.from_dict(cfg["model"]), SamplerConfig.from_dict(cfg["sampler"]),
+            AdamWConfig.from_dict(cfg["optimizer"]), TrainConfig.from_dict(cfg["train"]))
 
 
 @dataclass
@@ -60,27 +69,28 @@ class WideNetworkTraining:
     @classmethod
     def build(cls, cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor,
               device: torch.device) -> WideNetworkTraining:
-        model_cfg, options = cfg["model"], cfg["train"]
+        network, sampling, optimizer, train = read_groups(cfg)
         x, node_kind, y = graph.x.to(device), graph.node_kind.to(device), graph.y.to(device)
         extras = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure")).to(device)
         edge_spd = graph.edge_spd.to(device) if graph.num_spd_buckets else None
         generator = torch.Generator(device=device).manual_seed(cfg["seed"])
         sampler = LayerSampler(graph.edge_index.to(device), graph.edge_type.to(device), graph.ptr.to(device),
-                               layer_scores.to(device), model_cfg["degrees"], options["sampler"], generator,
-                               edge_spd)
+                               layer_scores.to(device), degrees=network.degrees, method=sampling.method,
+                               generator=generator, edge_spd=edge_spd)
         model = Spexphormer(
             **graph.model_input_sizes(),  # features, classes, edge types, node kinds, SPD, LPE and token sizes
-            hidden=model_cfg["hidden"],
-            num_layers=model_cfg["num_layers"],
-            heads=model_cfg["heads"],
-            dropout=model_cfg["dropout"],
-            deepnorm=model_cfg["deepnorm"],
-            lpe_dim=model_cfg["lpe_dim"],
-            lpe_layers=model_cfg["lpe_layers"],
-            lpe_heads=model_cfg["lpe_heads"],
+            hidden=network.hidden,
+            num_layers=network.num_layers,
+            heads=network.heads,
+            dropout=network.dropout,
+            deepnorm=network.deepnorm,
+            lpe_dim=network.lpe_dim,
+            lpe_layers=network.lpe_layers,
+            lpe_heads=network.lpe_heads,
         ).to(device)
-        optimizer = AdamW(model.parameters(), lr=options["lr"], weight_decay=options["weight_decay"])
-        return cls(x, node_kind, y, extras, sampler, model, optimizer, generator, options["batch_size"])
+        adamw = AdamW(model.parameters(), lr=optimizer.lr, weight_decay=optimizer.weight_decay,
+                      betas=tuple(optimizer.betas), eps=optimizer.eps)
+        return cls(x, node_kind, y, extras, sampler, model, adamw, generator, train.batch_size)
 
     def predict(self, nodes: torch.Tensor) -> torch.Tensor:
         """Logits [len(nodes), C] with freshly sampled layers: one full-graph pass or Algorithm 2 batches."""
@@ -120,11 +130,9 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
     its rank 0 writes the same files and reports the same metrics.
     """
     if world_size(cfg["train"]) > 1:
-        return launch(cfg, inputs, out_dir)
-    options = cfg["train"]
-    set_mmap_threshold(options["malloc_mmap_threshold_kb"])
+        return launch(run_rank, cfg, inputs, out_dir)
     seed_everything(cfg["seed"])
-    device = resolve_device(options["device"])
+    device = resolve_device(TrainConfig.from_dict(cfg["train"]).device)
     graph, layer_scores = _read_inputs(cfg, inputs)
     log.info("training the wide network on %s", device)
     return _fit(cfg, graph, layer_scores, device, out_dir)
@@ -132,10 +140,8 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
 
 def run_rank(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, float | str]:
     """One rank of a distributed run, under torchrun: joins the process group and trains its share."""
-    options = cfg["train"]
-    set_mmap_threshold(options["malloc_mmap_threshold_kb"])
     seed_everything(cfg["seed"])  # every rank builds the same initial network
-    device = resolve_device(options["device"])
+    device = resolve_device(TrainConfig.from_dict(cfg["train"]).device)
     if device.type == "cuda":  # one GPU per local rank
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
@@ -166,12 +172,12 @@ def _read_inputs(cfg: dict, inputs: dict[str, Path]) -> tuple[InteractionGraph, 
 def _fit(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device: torch.device, out_dir: Path,
          ranks: Ranks | None = None) -> dict[str, float | str]:
     """The epochs, the best epoch's choice and the stage's files; with `ranks`, this rank's part of them."""
-    model_cfg, options = cfg["model"], cfg["train"]
+    train = TrainConfig.from_dict(cfg["train"])
     metric = metric_name(graph.num_classes)
     undefined = splits_without_metric(graph.y, {"val": graph.val_mask, "test": graph.test_mask},
                                       graph.num_classes, "train")
     training = WideNetworkTraining.build(cfg, graph, layer_scores, device)
-    scheduler = CosineWithWarmup(training.optimizer, options["warmup_epochs"], options["epochs"])
+    scheduler = CosineWithWarmup(training.optimizer, warmup_epochs=train.warmup_epochs, epochs=train.epochs)
     train_nodes, val_nodes, test_nodes = (m.nonzero().flatten().to(device)
                                           for m in (graph.train_mask, graph.val_mask, graph.test_mask))
     eval_nodes = torch.cat([val_nodes, test_nodes])
@@ -183,13 +189,13 @@ def _fit(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device:
 
     best = {"epoch": -1, "selection": float("-inf"), "scores": {}, "state": None}
     history, started = [], time.perf_counter()
-    epochs = Progress(range(options["epochs"]), "train epoch", log)
+    epochs = Progress(range(train.epochs), "train epoch", log)
     for epoch in epochs:
         loss = training.train_epoch(train_nodes) if ranks is None else ranks.train_epoch(training, train_nodes, epoch)
-        check_loss(loss, "train", epoch, graph.x, "train.lr")
+        check_loss(loss, "train", epoch, graph.x, "optimizer.lr")
         scheduler.step()
         row = {"epoch": epoch, "loss": loss}
-        if epoch % options["eval_every"] == 0 or epoch == options["epochs"] - 1:
+        if epoch % train.eval_every == 0 or epoch == train.epochs - 1:
             model.eval()
             with torch.no_grad():  # evaluation samples afresh; with ranks, each its slice, then gathered
                 logits = training.predict(eval_nodes) if ranks is None else ranks.predict(training, eval_nodes)
@@ -216,7 +222,8 @@ def _fit(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device:
 
     seconds = time.perf_counter() - started
     if ranks is None or ranks.rank == 0:  # with ranks, every rank holds the same weights and metrics
-        checkpoint = {"state_dict": best["state"], "config": {"model": model_cfg, "train": options},
+        groups = ("model", "sampler", "optimizer", "train")
+        checkpoint = {"state_dict": best["state"], "config": {group: cfg[group] for group in groups},
                       "epoch": best["epoch"]}
         torch.save(checkpoint, out_dir / MODEL_FILE)
         (out_dir / HISTORY_FILE).write_text(json.dumps(history))
@@ -227,6 +234,6 @@ def _fit(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device:
         **best["scores"],
         "selected_by": "val_loss" if "val" in undefined else f"val_{metric}",
         "seconds": seconds,
-        "seconds_per_epoch": seconds / max(1, options["epochs"]),
+        "seconds_per_epoch": seconds / max(1, train.epochs),
         "device": str(device),
     }

@@ -9,7 +9,7 @@ from tests.stage_runner import run_stages
 
 
 def scores(root, overrides=()):
-    _, outputs = run_stages(root, overrides, until="estimate")
+    _, outputs, _ = run_stages(root, overrides, until="estimate")
     return torch.load(outputs["estimate"] / SCORES_FILE, weights_only=True)
 
 

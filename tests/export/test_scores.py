@@ -25,7 +25,7 @@ from tests.stage_runner import run_stages
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    cfg, outputs = run_stages(tmp_path_factory.mktemp("export"), until="export")
+    cfg, outputs, _ = run_stages(tmp_path_factory.mktemp("export"), until="export")
     graph = InteractionGraph.load(outputs["preprocess"] / "interaction_graph.pt")
     return cfg, graph, outputs["export"] / SCORES_DIR
 
@@ -115,7 +115,7 @@ def test_a_capped_export_is_a_renormalised_subset_that_reads_back_with_zeros(exp
 
 
 def test_the_pipeline_trains_on_capped_scores(tmp_path):
-    _, outputs = run_stages(tmp_path, ["export.max_candidates_per_node=6"])
+    _, outputs, _ = run_stages(tmp_path, ["export.max_candidates_per_node=6"])
     rows = pq.ParquetFile(outputs["export"] / SCORES_DIR / "layer_0.parquet").metadata.num_rows
     graph = InteractionGraph.load(outputs["preprocess"] / "interaction_graph.pt")
     assert rows == int(graph.ptr.diff().clamp(max=6).sum()) < graph.num_edges

@@ -59,7 +59,7 @@ def test_bad_npz_gives_one_clear_error(case, tmp_path, artifacts_dir, capsys):
         (["preprocess.expander.degree=5"], "even"),
         (["model.degrees=[3,3,3]"], "model.degrees: has 3 entries"),
         (["dataset=nope"], "dataset"),
-        (["train.sampler=best"], "train.sampler"),
+        (["sampler=best"], "sampler: unknown option 'best'"),
     ],
 )
 def test_bad_config_is_rejected_before_any_stage(overrides, expected, artifacts_dir, capsys):

@@ -66,7 +66,7 @@ def test_stages_after_a_run_lists_the_cached_artifacts(tiny_run, capsys):
     assert "attention_scores/layer_1.parquet" in table and "model.pt" in table
 
     # another training option: only train's key changes, so only train is not cached
-    changed = {stage["stage"]: stage["cached"] for stage in stages_json(*TINY_OVERRIDES, "train.lr=0.5")}
+    changed = {stage["stage"]: stage["cached"] for stage in stages_json(*TINY_OVERRIDES, "optimizer.lr=0.5")}
     assert changed == {"preprocess": True, "estimate": True, "export": True, "train": False}
 
 
@@ -107,7 +107,7 @@ def test_report_by_run_id_of_a_stage_reports_its_pipeline(tiny_run, capsys):
 
 
 def test_report_of_a_configuration_never_run_is_an_error(tiny_run, capsys):
-    assert main(["report", *TINY_OVERRIDES, "train.lr=0.5"]) == 2
+    assert main(["report", *TINY_OVERRIDES, "optimizer.lr=0.5"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "no pipeline run of this configuration" in err
     assert "Traceback" not in err

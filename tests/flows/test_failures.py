@@ -79,6 +79,7 @@ def stage_runs(client: MlflowClient, parent) -> dict:
 # --- a run killed in the middle of a stage ----------------------------------------------------------------
 
 
+@pytest.mark.e2e  # `sgt run` killed mid-stage, then run again: ~70 s on 2 shared cores
 def test_killed_run_leaves_nothing_complete_and_the_next_run_resumes(pipeline_env, artifacts_dir, tmp_path, capsys):
     log = tmp_path / "killed.log"
     run = start_run(LONG_ESTIMATE, artifacts_dir, pipeline_env, log)
@@ -146,6 +147,7 @@ def concurrent_runs(pipeline_env, tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.e2e  # the `concurrent_runs` fixture: two `sgt run` processes at once, ~90 s on 2 shared cores
 def test_concurrent_runs_complete_their_own_stage_folders(concurrent_runs):
     root = concurrent_runs
     trains = complete_folders(root / "train")
@@ -157,6 +159,7 @@ def test_concurrent_runs_complete_their_own_stage_folders(concurrent_runs):
     assert not private_folders(root)  # a run that lost the race for a key deleted its own copy
 
 
+@pytest.mark.e2e
 def test_concurrent_runs_keep_their_own_mlflow_runs(concurrent_runs):
     client, parents = pipeline_runs(concurrent_runs)
     assert sorted(parent.data.params["train.epochs"] for parent in parents) == [str(e) for e in TRAIN_EPOCHS]
@@ -234,6 +237,7 @@ class _Payload:
         return Path.touch, (self.marker,)
 
 
+@pytest.mark.e2e
 def test_checkpoints_load_without_unpickling_code(concurrent_runs):
     for stage, name in (("estimate", ESTIMATOR_FILE), ("train", MODEL_FILE), ("estimate", SCORES_FILE)):
         for folder in complete_folders(concurrent_runs / stage):

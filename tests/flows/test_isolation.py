@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ctypes.util
 import logging
 import os
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +18,7 @@ from flows.isolation import StageProcessDied, run_stage_in_process
 from sgt_core.artifacts import ArtifactError
 from sgt_core.config import compose_config
 from sgt_core.estimate.stage import SCORES_FILE
+from sgt_core.pipeline import STAGE_BY_NAME, stage_environment
 from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE
 from tests.conftest import REPO_ROOT, TINY_OVERRIDES
 from tests.stage_runner import run_stages
@@ -27,7 +31,7 @@ def inline(tmp_path_factory):
 
 
 def test_a_stage_in_its_own_process_gives_the_same_results_and_reports_its_memory(inline, tmp_path, caplog):
-    cfg, outputs = inline
+    cfg, outputs, _ = inline
     pids = []
     out = tmp_path / "estimate"
     out.mkdir()
@@ -66,3 +70,68 @@ def test_the_stage_processes_carry_no_orchestration_libraries():
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT,
                                check=True)
     assert completed.stdout.strip() == "[]"
+
+
+# A training loop's pattern, in a fresh process: a freed 1.5 MB block (which raises glibc's default mmap
+# threshold), then many such blocks, each followed by a small long-lived one that pins the heap above it,
+# then the big ones freed. Prints how much resident memory freeing them gave back.
+FREED_BLOCKS = """
+import torch
+
+def rss_mb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS"):
+            return int(line.split()[1]) / 1024
+
+warm = torch.ones(393_216)  # 1.5 MB
+del warm
+blocks, pins = [], []
+for _ in range(60):
+    blocks.append(torch.ones(393_216))
+    pins.append(torch.ones(64))
+before = rss_mb()
+blocks.clear()
+print(before - rss_mb())
+"""
+GLIBC = sys.platform.startswith("linux") and "libc.so" in (ctypes.util.find_library("c") or "")
+
+
+def _threshold(kilobytes: int | None) -> dict:
+    return compose_config([*TINY_OVERRIDES, f"train.malloc_mmap_threshold_kb={kilobytes or 'null'}"])
+
+
+def test_the_malloc_threshold_is_an_environment_variable_of_the_train_stage_only():
+    train, others = STAGE_BY_NAME["train"], [STAGE_BY_NAME[name] for name in ("preprocess", "estimate", "export")]
+    assert stage_environment(train, _threshold(1024)) == {"MALLOC_MMAP_THRESHOLD_": str(1024 * 1024)}
+    assert stage_environment(train, _threshold(None)) == {}
+    assert all(stage_environment(stage, _threshold(1024)) == {} for stage in others)
+
+
+@pytest.mark.skipif(not GLIBC, reason="MALLOC_MMAP_THRESHOLD_ is glibc's")
+def test_the_malloc_threshold_returns_freed_blocks_to_the_system():
+    def released_mb(kilobytes: int | None) -> float:
+        environment = {name: value for name, value in os.environ.items() if name != "MALLOC_MMAP_THRESHOLD_"}
+        environment |= stage_environment(STAGE_BY_NAME["train"], _threshold(kilobytes))
+        return float(subprocess.run([sys.executable, "-c", FREED_BLOCKS], env=environment, capture_output=True,
+                                    text=True, check=True).stdout)
+
+    assert released_mb(1024) > 70  # 60 x 1.5 MB = 90 MB handed back
+    assert released_mb(None) < 20  # glibc's default: the same blocks stay in the heap
+
+
+def test_the_train_stage_process_starts_with_its_malloc_threshold(tmp_path):
+    """Spawned, not forked from the server: glibc reads the variable once, as a process starts."""
+    environments: list[dict[str, str]] = []
+
+    def read_environment(pid: int) -> None:
+        process = Path(f"/proc/{pid}")
+        while b"--multiprocessing-fork" not in (process / "cmdline").read_bytes():  # forked, not yet exec'd
+            time.sleep(0.01)
+        entries = (process / "environ").read_bytes().split(b"\0")  # what it was exec'd with
+        environments.append(dict(entry.decode().split("=", 1) for entry in entries if b"=" in entry))
+
+    with pytest.raises(ArtifactError):  # no upstream artifacts: the stage fails once it has started
+        run_stage_in_process("train", _threshold(1024), {"preprocess": tmp_path, "export": tmp_path}, tmp_path,
+                             on_start=read_environment)
+    assert environments[0]["MALLOC_MMAP_THRESHOLD_"] == str(1024 * 1024)
+    assert "MALLOC_MMAP_THRESHOLD_" not in os.environ  # the flow's own process is left as it was

@@ -1,22 +1,28 @@
-"""The compiled CPU kernels equal their torch references, do not depend on the thread count, and fall back cleanly."""
+"""The compiled CPU kernels equal their torch implementations, do not depend on the thread count, and fall back cleanly."""
 
 from __future__ import annotations
 
-import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from scipy.stats import binomtest
 
 from sgt_core.kernels import library
-from sgt_core.kernels.library import cpu_kernels, group_by
+from sgt_core.kernels.library import cpu_kernels
 from sgt_core.models import fused_edge_attention as edge_module
 from sgt_core.models import fused_slot_attention as slot_module
 from sgt_core.models.dropout import Dropout
 from sgt_core.models.feed_forward import FeedForward
 from sgt_core.sampling import sample_neighbours
 
-pytestmark = pytest.mark.skipif(cpu_kernels() is None, reason="no C compiler here: the torch kernels run instead")
+pytestmark = pytest.mark.skipif(cpu_kernels() is None, reason="no C++ compiler here: the torch kernels run instead")
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def random_graph(num_nodes: int, num_edges: int, num_codes: int, seed: int):
@@ -37,17 +43,29 @@ def edge_inputs(num_nodes=300, width=8, num_codes=3, spread=2.0, seed=0):
     return tensors
 
 
+def compact(edge_index, code, in_degree, num_codes=3):
+    ptr = torch.cat([torch.zeros(1, dtype=torch.long), in_degree.cumsum(0)])
+    return edge_module.compact_edges(edge_index, code, ptr, num_codes)
+
+
 def run_edge(tensors, edge_index, code, in_degree, temperature, compiled, with_scores_grad=True):
-    leaves = [t.clone().requires_grad_() for t in tensors]
+    """Output, scores and the gradients of (query, key, value, E, B): through the operator (compiled on the
+    CPU) with autograd, or through its torch implementation's forward and backward functions."""
+    weights = torch.randn(tensors[0].shape, generator=torch.Generator().manual_seed(1))
     if compiled:
+        leaves = [t.clone().requires_grad_() for t in tensors]
         out, scores = edge_module.fused_edge_attention(*leaves, edge_index, code, in_degree, temperature, 8.0)
-    else:
-        out, scores = edge_module._FusedEdgeAttention.apply(*leaves, edge_index[0], edge_index[1], code, in_degree,
-                                                           temperature, 8.0)
-    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
-    loss = (out * weights).sum() + ((scores**2).sum() if with_scores_grad else 0)
-    loss.backward()
-    return out.detach(), scores.detach(), [leaf.grad for leaf in leaves]
+        loss = (out * weights).sum() + ((scores**2).sum() if with_scores_grad else 0)
+        loss.backward()
+        return out.detach(), scores.detach(), [leaf.grad for leaf in leaves]
+    query, key, value, scale, bias = tensors
+    graph = compact(edge_index, code, in_degree).tensors()
+    key_value = torch.cat([key, value], dim=1)
+    out, scores, inside = edge_module._edge_attention_torch(query, key_value, scale, bias, *graph, temperature, 8.0)
+    grads = edge_module._edge_attention_backward_torch(weights, 2 * scores if with_scores_grad else None, query,
+                                                       key_value, scale, scores, inside, *graph, temperature)
+    grad_query, grad_key_value, grad_scale, grad_bias = grads
+    return out, scores, [grad_query, *grad_key_value.split(key.shape[1], dim=1), grad_scale, grad_bias]
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.05])  # the second clips many logits
@@ -62,7 +80,7 @@ def test_edge_attention_matches_the_torch_kernel(temperature, with_scores_grad):
     assert torch.allclose(out, ref_out, atol=1e-5) and torch.allclose(scores, ref_scores, atol=1e-6)
     sums = torch.zeros(300).index_add_(0, edge_index[1], scores)
     assert torch.allclose(sums[in_degree > 0], torch.ones(int((in_degree > 0).sum())), atol=1e-5)
-    for grad, ref_grad in zip(grads, ref_grads):
+    for grad, ref_grad in zip(grads, ref_grads, strict=True):
         assert torch.allclose(grad, ref_grad, rtol=1e-4, atol=1e-4 * ref_grad.abs().max().item())
 
 
@@ -78,11 +96,17 @@ def slot_inputs(num_queries=200, num_keys=260, degree=7, hidden=16, heads=4, num
 
 
 def run_slot(tensors, neighbours, code, mask, heads, compiled):
-    leaves = [t.clone().requires_grad_() for t in tensors]
-    function = slot_module._CompiledSlotAttention if compiled else slot_module._FusedSlotAttention
-    out = function.apply(*leaves, neighbours, code, mask, heads)
-    (out * torch.randn(out.shape, generator=torch.Generator().manual_seed(1))).sum().backward()
-    return out.detach(), [leaf.grad for leaf in leaves]
+    grad_out = torch.randn(tensors[0].shape, generator=torch.Generator().manual_seed(1))
+    if compiled:
+        leaves = [t.clone().requires_grad_() for t in tensors]
+        out = slot_module.fused_slot_attention(*leaves, neighbours, code, mask, heads)
+        (out * grad_out).sum().backward()
+        return out.detach(), [leaf.grad for leaf in leaves]
+    out, attention = slot_module._slot_attention_torch(*tensors, neighbours, code, mask, heads)
+    query, key_value, scale, _bias = tensors
+    grads = slot_module._slot_attention_backward_torch(grad_out, query, key_value, scale, neighbours, code,
+                                                       attention, heads)
+    return out, list(grads)
 
 
 def test_slot_attention_matches_the_torch_kernel():
@@ -91,7 +115,7 @@ def test_slot_attention_matches_the_torch_kernel():
     ref_out, ref_grads = run_slot(tensors, neighbours, code, mask, heads, compiled=False)
     assert torch.equal(out[0], torch.zeros_like(out[0]))
     assert torch.allclose(out, ref_out, atol=1e-5)
-    for grad, ref_grad in zip(grads, ref_grads):
+    for grad, ref_grad in zip(grads, ref_grads, strict=True):
         assert torch.allclose(grad, ref_grad, atol=1e-4)
 
 
@@ -101,22 +125,21 @@ def test_projected_slot_attention_matches_projections_then_attention():
     weights = [torch.randn(16, 16), torch.randn(16), torch.randn(32, 16), torch.randn(32)]
     scale, bias = tensors[2], tensors[3]
 
-    def run(compiled):
+    def run(projected):
         leaves = [t.clone().requires_grad_() for t in (query_x, key_x, *weights, scale, bias)]
         qx, kx, qw, qb, kvw, kvb, es, eb = leaves
-        if compiled:
+        if projected:  # recomputes the projections in its backward pass
             out = slot_module.projected_slot_attention(qx, kx, qw, qb, kvw, kvb, es, eb, neighbours, code, mask, heads)
-        else:
-            out = slot_module._FusedSlotAttention.apply(torch.nn.functional.linear(qx, qw, qb),
-                                                        torch.nn.functional.linear(kx, kvw, kvb), es, eb,
-                                                        neighbours, code, mask, heads)
+        else:  # autograd keeps them
+            out = slot_module.fused_slot_attention(F.linear(qx, qw, qb), F.linear(kx, kvw, kvb), es, eb,
+                                                   neighbours, code, mask, heads)
         (out * torch.randn(out.shape, generator=torch.Generator().manual_seed(2))).sum().backward()
         return out.detach(), [leaf.grad for leaf in leaves]
 
     (out, grads), (ref_out, ref_grads) = run(True), run(False)
-    assert torch.allclose(out, ref_out, atol=1e-4)
-    for grad, ref_grad in zip(grads, ref_grads):
-        assert torch.allclose(grad, ref_grad, rtol=1e-4, atol=1e-3)
+    assert torch.equal(out, ref_out)
+    for grad, ref_grad in zip(grads, ref_grads, strict=True):
+        assert torch.allclose(grad, ref_grad, rtol=1e-5, atol=1e-5)
 
 
 def test_results_do_not_depend_on_the_thread_count():
@@ -137,16 +160,7 @@ def test_results_do_not_depend_on_the_thread_count():
     finally:
         torch.set_num_threads(threads)
     for other in results[1:]:
-        assert all(torch.equal(a, b) for a, b in zip(results[0], other))
-
-
-def test_group_by_is_a_stable_counting_sort():
-    key = torch.randint(0, 50, (2000,), generator=torch.Generator().manual_seed(0))
-    ptr, order = group_by(key, 60)
-    assert torch.equal(order, torch.argsort(key, stable=True))
-    assert torch.equal(ptr, torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(key, minlength=60).cumsum(0)]))
-    with pytest.raises(ValueError, match="group keys"):
-        group_by(torch.tensor([0, 60]), 60)
+        assert all(torch.equal(a, b) for a, b in zip(results[0], other, strict=True))
 
 
 def test_dropout_keeps_one_minus_p_scales_and_reproduces_from_the_seed():
@@ -180,27 +194,76 @@ def test_feed_forward_matches_its_plain_sequential():
     plain = outer(torch.relu(inner(x)) * keep / 0.6)
     plain.square().sum().backward()
     assert torch.allclose(out, plain, atol=1e-6)
-    for fused, grad in zip(fused_grads, [x.grad] + [p.grad for p in block.parameters()]):
+    for fused, grad in zip(fused_grads, [x.grad] + [p.grad for p in block.parameters()], strict=True):
         assert torch.allclose(fused, grad, atol=1e-5)
 
 
-def test_a_failed_build_falls_back_to_torch_with_a_warning(tmp_path, monkeypatch, caplog):
-    monkeypatch.setenv("CC", "false")  # a "compiler" that always fails
-    monkeypatch.setenv("SGT_KERNEL_CACHE", str(tmp_path))
-    with caplog.at_level(logging.WARNING):
-        assert library.cpu_kernels.__wrapped__() is None
-    assert "could not be built" in caplog.text
-    assert not list(tmp_path.glob("*.so"))  # nothing half-written is left behind
-    monkeypatch.setenv("SGT_CPU_KERNELS", "0")
-    assert library.cpu_kernels.__wrapped__() is None
+# A child process: the two attentions on fixed inputs through the operators, saved for the parent.
+CHILD = """
+import logging, sys, torch
+logging.basicConfig(level=logging.WARNING)
+from sgt_core.kernels import library
+from tests.kernels.test_compiled_kernels import edge_inputs, random_graph, run_edge, run_slot, slot_inputs
+edge_index, code, in_degree = random_graph(300, 5000, 3, seed=0)
+edge = run_edge(edge_inputs(), edge_index, code, in_degree, 0.5, compiled=True)
+slot = run_slot(*slot_inputs(), compiled=True)
+torch.save({"backend": library.backend(), "edge": edge, "slot": slot}, sys.argv[1])
+"""
 
 
-def test_an_edited_source_gets_its_own_build(tmp_path, monkeypatch):
-    source = tmp_path / "attention.c"
+@pytest.mark.parametrize("environment", [{"CXX": "false"}, {library.SWITCH: "0"}])
+def test_without_the_compiled_kernels_the_same_operators_run_in_torch(environment, tmp_path):
+    """A failed build (a "compiler" that always fails) or the switch: the schemas still come from the C++
+    source, the torch implementations answer them on the CPU, with a warning, and nothing half-built is
+    loaded. In a child process, since this one has the compiled library loaded."""
+    env = {**os.environ, "SGT_KERNEL_CACHE": str(tmp_path / "cache"), **environment}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")])
+    completed = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "out.pt")], cwd=REPO_ROOT, env=env,
+                               capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    if "CXX" in environment:
+        assert "could not be built" in completed.stderr
+    assert not list((tmp_path / "cache").glob("**/*.so"))
+    child = torch.load(tmp_path / "out.pt")
+    assert child["backend"] == "torch"
+    edge_index, code, in_degree = random_graph(300, 5000, 3, seed=0)
+    edge = run_edge(edge_inputs(), edge_index, code, in_degree, 0.5, compiled=True)
+    slot = run_slot(*slot_inputs(), compiled=True)
+    for theirs, ours in zip([*child["edge"][:2], *child["edge"][2], child["slot"][0], *child["slot"][1]],
+                            [*edge[:2], *edge[2], slot[0], *slot[1]], strict=True):
+        assert torch.allclose(theirs, ours, rtol=1e-4, atol=1e-4)
+
+
+def test_an_edited_source_flags_or_cpu_get_their_own_build(tmp_path, monkeypatch):
+    monkeypatch.delenv(library.NATIVE, raising=False)
+    source = tmp_path / "attention.cpp"
     source.write_text(library.SOURCE.read_text())
-    monkeypatch.setattr(library, "SOURCE", source)
-    compiler = library._compiler()
-    first = library.build(compiler, tmp_path / "cache")
-    assert library.build(compiler, tmp_path / "cache") == first  # cached
-    source.write_text(source.read_text() + "\n/* edited */\n")
-    assert library.build(compiler, tmp_path / "cache") != first
+    first = library.extension_name(source)
+    assert library.extension_name(source) == first  # cached: the same name finds the same build
+    monkeypatch.setenv(library.NATIVE, "1")
+    assert library.extension_name(source) != first  # -march=native, keyed by this CPU too
+    monkeypatch.delenv(library.NATIVE)
+    source.write_text(source.read_text() + "\n// edited\n")
+    assert library.extension_name(source) != first
+
+
+def test_the_schemas_are_read_from_the_source_as_registered():
+    names = set()
+    for text in library.schemas():
+        parsed = torch._C.parse_schema(f"sgt::{text}")
+        names.add(parsed.name)
+        registered = getattr(torch.ops.sgt, parsed.name.removeprefix("sgt::")).default._schema
+        assert [a.name for a in registered.arguments] == [a.name for a in parsed.arguments]
+        assert len(registered.returns) == len(parsed.returns)
+    assert {"sgt::edge_attention", "sgt::slot_attention", "sgt::sample_neighbours", "sgt::dropout_mask"} <= names
+
+
+def test_every_device_reaches_the_same_operators_with_autograd():
+    """CUDA (any device but the CPU) gets the torch implementations under the same names, and autograd."""
+    edge_module._operators(), slot_module._operators()
+    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+    for name in ("edges_by_source", "edge_attention", "edge_attention_backward", "slot_attention",
+                 "slot_attention_backward", "projected_slot_attention"):
+        assert has_kernel(f"sgt::{name}", "CompositeExplicitAutograd"), name
+    for name in ("edge_attention", "slot_attention", "projected_slot_attention"):
+        assert has_kernel(f"sgt::{name}", "Autograd"), name

@@ -1,4 +1,5 @@
-"""The fused edge attention equals plain autograd forward and backward, and passes gradcheck."""
+"""The fused edge attention (the operator, and its torch implementation) equals plain autograd forward and
+backward, and passes gradcheck."""
 
 from __future__ import annotations
 
@@ -44,18 +45,36 @@ def inputs(dtype=torch.float64, spread=1.0):
     return [t.requires_grad_() for t in tensors], edge_index, code, in_degree
 
 
-@pytest.mark.parametrize("chunk_edges", [None, 5, 1])  # one chunk; several; one per node (big nodes)
-def test_matches_autograd_forward_and_backward(chunk_edges, monkeypatch):
+def torch_implementation(tensors, edge_index, code, in_degree, temperature, clip, weights, scores_weight):
+    """Output, scores and gradients through the operator's torch implementation (its CUDA path)."""
+    query, key, value, scale, bias = (t.detach() for t in tensors)
+    ptr = torch.cat([torch.zeros(1, dtype=torch.long), in_degree.cumsum(0)])
+    graph = fused_module.compact_edges(edge_index, code, ptr, scale.shape[0]).tensors()
+    key_value = torch.cat([key, value], dim=1)
+    out, scores, inside = fused_module._edge_attention_torch(query, key_value, scale, bias, *graph, temperature, clip)
+    grad_query, grad_key_value, grad_scale, grad_bias = fused_module._edge_attention_backward_torch(
+        weights, torch.full_like(scores, scores_weight), query, key_value, scale, scores, inside, *graph, temperature)
+    return out, scores, [grad_query, *grad_key_value.split(key.shape[1], dim=1), grad_scale, grad_bias]
+
+
+# the operator (compiled on the CPU); its torch implementation in one chunk, several, one per node (big nodes)
+@pytest.mark.parametrize("implementation, chunk_edges", [("operator", None), ("torch", None), ("torch", 5),
+                                                         ("torch", 1)])
+def test_matches_autograd_forward_and_backward(implementation, chunk_edges, monkeypatch):
     monkeypatch.setattr(fused_module, "CHUNK_EDGES", chunk_edges or fused_module.CHUNK_EDGES)
     for temperature, spread in [(1.0, 1.0), (0.1, 3.0)]:  # the second case clips many logits
         tensors, edge_index, code, in_degree = inputs(spread=spread)
-        out, scores = fused_edge_attention(*tensors, edge_index, code, in_degree, temperature, 8.0)
         ref_out, ref_scores = reference(*tensors, edge_index, code, in_degree, temperature, 8.0)
-        assert torch.allclose(out, ref_out) and torch.allclose(scores, ref_scores)
-        weights = torch.randn_like(out)
-        grads = torch.autograd.grad((out * weights).sum() + scores.sum() * 0.3, tensors)
+        weights = torch.randn_like(ref_out)
         ref_grads = torch.autograd.grad((ref_out * weights).sum() + ref_scores.sum() * 0.3, tensors)
-        for grad, ref_grad in zip(grads, ref_grads):
+        if implementation == "operator":
+            out, scores = fused_edge_attention(*tensors, edge_index, code, in_degree, temperature, 8.0)
+            grads = torch.autograd.grad((out * weights).sum() + scores.sum() * 0.3, tensors)
+        else:
+            out, scores, grads = torch_implementation(tensors, edge_index, code, in_degree, temperature, 8.0, weights,
+                                                      0.3)
+        assert torch.allclose(out, ref_out) and torch.allclose(scores, ref_scores)
+        for grad, ref_grad in zip(grads, ref_grads, strict=True):
             assert torch.allclose(grad, ref_grad, atol=1e-10)
 
 
@@ -72,8 +91,7 @@ def test_destination_chunks_cover_every_edge_on_node_boundaries():
             assert end - first <= chunk_edges + int(in_degree.max())  # a big node may overshoot once
 
 
-def test_gradcheck(monkeypatch):
-    monkeypatch.setattr(fused_module, "CHUNK_EDGES", 6)
+def test_gradcheck():
     tensors, edge_index, code, in_degree = inputs()
     assert torch.autograd.gradcheck(
         lambda *t: fused_edge_attention(*t, edge_index, code, in_degree, 0.7, 8.0), tensors

@@ -1,4 +1,5 @@
-"""The fused slot attention equals plain autograd attention forward and backward, and passes gradcheck."""
+"""The fused slot attention (the operator, and its torch implementation) equals plain autograd attention
+forward and backward, and passes gradcheck."""
 
 from __future__ import annotations
 
@@ -42,24 +43,32 @@ def inputs(dtype=torch.float64, seed=0):
     return tensors, neighbours, code, mask, heads
 
 
-@pytest.mark.parametrize("chunk_slots", [None, 8, 1])  # one chunk; several; one row per chunk
-def test_matches_autograd_forward_and_backward(chunk_slots, monkeypatch):
+# the operator (compiled on the CPU); its torch implementation in one chunk, several, one row per chunk
+@pytest.mark.parametrize("implementation, chunk_slots", [("operator", None), ("torch", None), ("torch", 8),
+                                                         ("torch", 1)])
+def test_matches_autograd_forward_and_backward(implementation, chunk_slots, monkeypatch):
     if chunk_slots:
         monkeypatch.setattr(fused_module, "CHUNK_SLOTS", chunk_slots)
     tensors, neighbours, code, mask, heads = inputs()
-    out = fused_slot_attention(*tensors, neighbours, code, mask, heads)
     reference = autograd_attention(*tensors, neighbours, code, mask, heads)
+    weights = torch.randn_like(reference)
+    reference_grads = torch.autograd.grad((reference * weights).sum(), tensors)
+    if implementation == "operator":
+        out = fused_slot_attention(*tensors, neighbours, code, mask, heads)
+        grads = torch.autograd.grad((out * weights).sum(), tensors)
+    else:
+        detached = [t.detach() for t in tensors]
+        out, attention = fused_module._slot_attention_torch(*detached, neighbours, code, mask, heads)
+        query, key_value, scale, _bias = detached
+        grads = fused_module._slot_attention_backward_torch(weights, query, key_value, scale, neighbours, code,
+                                                            attention, heads)
     assert torch.allclose(out, reference)
     assert torch.equal(out[0], torch.zeros_like(out[0]))  # no neighbour: zeros, not NaN
-    weights = torch.randn_like(out)
-    grads = torch.autograd.grad((out * weights).sum(), tensors)
-    reference_grads = torch.autograd.grad((reference * weights).sum(), tensors)
     for grad, reference_grad in zip(grads, reference_grads, strict=True):
         assert torch.allclose(grad, reference_grad, atol=1e-10)
 
 
-def test_gradcheck(monkeypatch):
-    monkeypatch.setattr(fused_module, "CHUNK_SLOTS", 12)
+def test_gradcheck():
     tensors, neighbours, code, mask, heads = inputs()
     assert torch.autograd.gradcheck(lambda *t: fused_slot_attention(*t, neighbours, code, mask, heads), tensors)
 

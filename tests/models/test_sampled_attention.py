@@ -6,7 +6,8 @@ import math
 
 import torch
 
-from sgt_core.models import SampledAttention, SampledLayer, Spexphormer
+from sgt_core.layers import SampledLayer
+from sgt_core.models import SampledAttention, Spexphormer
 
 
 def reference_attention(attention: SampledAttention, query_x, key_x, neighbours, types, mask):

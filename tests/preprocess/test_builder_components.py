@@ -6,28 +6,26 @@ import numpy as np
 import pytest
 import torch
 
-from sgt_core.preprocess.builder import AnchorOptions, build_interaction_graph
+from sgt_core.config.preprocess import AnchorsConfig, ExpanderConfig, LpeConfig, SubstructuresConfig
+from sgt_core.preprocess.builder import build_interaction_graph
 from sgt_core.preprocess.interaction_graph import EDGE_TYPES, NO_SPD, NODE_KINDS, InteractionGraph
-from sgt_core.preprocess.substructure_tokens import (
-    SubstructureOptions,
-    SubstructureTokens,
-    sample_substructure_tokens,
-)
+from sgt_core.preprocess.substructure_tokens import SubstructureTokens, sample_substructure_tokens
 from tests.preprocess.test_interaction_graph import path_graph
 
-BASE = {"self_loops": True, "expander_degree": 4, "ramanujan_slack": 0.5, "expander_max_tries": 50, "virtual_nodes": 2, "seed": 0}
+BASE = {"self_loops": True, "expander": ExpanderConfig(degree=4, ramanujan_slack=0.5, max_tries=50), "virtual_nodes": 2,
+        "seed": 0}
 # Small caps keep matching instant on the test graphs.
 CAPS = {"path_4": 20, "path_5": 20, "star_2": 20, "hop2": None, "random_walk": None}
 
 
 def tokens_of(graph, threshold: int = 2, max_size: int = 8) -> SubstructureTokens:
-    options = SubstructureOptions(threshold=threshold, max_size=max_size, types=CAPS)
+    options = SubstructuresConfig(threshold=threshold, max_size=max_size, types=CAPS)
     return sample_substructure_tokens(graph.edge_index.numpy(), graph.num_nodes, options, np.random.default_rng(0))
 
 
 def build_all(graph, **overrides) -> InteractionGraph:
-    options = dict(BASE, anchors=AnchorOptions(k=2, max_khop_per_node=3, max_anchors_per_node=2, max_spd=5),
-                   substructure_tokens=tokens_of(graph), lpe_eigenpairs=4)
+    options = dict(BASE, anchors=AnchorsConfig(k=2, max_khop_per_node=3, max_anchors_per_node=2, max_spd=5),
+                   substructure_tokens=tokens_of(graph), lpe=LpeConfig(m=4))
     options.update(overrides)
     return build_interaction_graph(graph, **options)
 
@@ -48,11 +46,11 @@ def test_components_off_leave_the_graph_as_before():
     assert plain.model_input_sizes()["lpe_eigenpairs"] == 0 and plain.model_input_sizes()["token_size"] == 0
 
 
-@pytest.mark.parametrize("component", ["anchors", "substructure_tokens", "lpe_eigenpairs"])
+@pytest.mark.parametrize("component", ["anchors", "substructure_tokens", "lpe"])
 def test_each_component_leaves_the_existing_edge_types_untouched(component):
     graph = path_graph(30)
     plain = build_interaction_graph(graph, **BASE)
-    on = {"anchors": AnchorOptions(k=2), "substructure_tokens": tokens_of(graph), "lpe_eigenpairs": 4}[component]
+    on = {"anchors": AnchorsConfig(k=2), "substructure_tokens": tokens_of(graph), "lpe": LpeConfig(m=4)}[component]
     with_component = build_interaction_graph(graph, **BASE, **{component: on})
     for name in ("graph", "expander", "virtual"):
         assert pairs(with_component, name) == pairs(plain, name), name

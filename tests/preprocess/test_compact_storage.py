@@ -7,9 +7,10 @@ import pytest
 import scipy.sparse as sp
 import torch
 
+from sgt_core.config.preprocess import AnchorsConfig, ExpanderConfig
 from sgt_core.errors import DatasetError
 from sgt_core.preprocess.adjacency import sorted_csr
-from sgt_core.preprocess.builder import AnchorOptions, build_interaction_graph
+from sgt_core.preprocess.builder import build_interaction_graph
 from sgt_core.preprocess.interaction_graph import (
     COMPACT_EDGE_FIELDS,
     EDGE_TYPES,
@@ -19,8 +20,8 @@ from sgt_core.preprocess.interaction_graph import (
 from sgt_core.preprocess.stage import _graph_statistics
 from tests.preprocess.test_interaction_graph import path_graph
 
-OPTIONS = {"self_loops": True, "expander_degree": 4, "ramanujan_slack": 1.0, "expander_max_tries": 50,
-           "virtual_nodes": 1, "seed": 0, "anchors": AnchorOptions(k=2, max_khop_per_node=3, max_spd=5)}
+OPTIONS = {"self_loops": True, "expander": ExpanderConfig(degree=4, ramanujan_slack=1.0, max_tries=50),
+           "virtual_nodes": 1, "seed": 0, "anchors": AnchorsConfig(k=2, max_khop_per_node=3, max_spd=5)}
 WIDE = ("edge_index", "edge_type", "edge_spd", "node_kind", "token_type")
 
 
@@ -107,8 +108,8 @@ def test_graph_statistics_count_components_with_isolated_nodes():
     order = torch.argsort(edge_index[0] * 7 + edge_index[1])
     edge_index = edge_index[:, order]  # sorted by (src, dst), as the loaders give it
     built = build_interaction_graph(
-        path_graph(7).update({"edge_index": edge_index}), self_loops=True, expander_degree=None,
-        ramanujan_slack=0.1, expander_max_tries=1, virtual_nodes=0, seed=0, compact=True,
+        path_graph(7).update({"edge_index": edge_index}), self_loops=True, expander=None,
+        virtual_nodes=0, seed=0, compact=True,
     )
     stats = _graph_statistics(edge_index, 7, built)
     assert stats["num_components"] == 4
@@ -122,8 +123,8 @@ def test_per_component_expanders_stay_inside_their_components():
     shuffle = torch.from_numpy(np.random.default_rng(1).permutation(120))
     one_way = torch.cat([torch.stack([p[:-1], p[1:]]) for p in paths], dim=1)
     graph = path_graph(120).update({"edge_index": shuffle[torch.cat([one_way, one_way.flip(0)], dim=1)]})
-    built = build_interaction_graph(graph, self_loops=False, expander_degree=4, ramanujan_slack=2.0,
-                                    expander_max_tries=50, virtual_nodes=0, seed=0, per_component=True)
+    expander = ExpanderConfig(degree=4, ramanujan_slack=2.0, max_tries=50, per_component=True)
+    built = build_interaction_graph(graph, self_loops=False, expander=expander, virtual_nodes=0, seed=0)
     component = torch.empty(120, dtype=torch.long)
     for label, path in enumerate(paths):
         component[shuffle[path]] = label

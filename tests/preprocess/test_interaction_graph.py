@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch_geometric.data import Data
 
+from sgt_core.config.preprocess import ExpanderConfig
 from sgt_core.preprocess.builder import build_interaction_graph
 from sgt_core.preprocess.interaction_graph import EDGE_TYPES, InteractionGraph
 
@@ -26,15 +27,16 @@ def path_graph(num_nodes: int) -> Data:
 
 
 def build(graph: Data, **overrides) -> InteractionGraph:
-    options = {"self_loops": True, "expander_degree": 4, "ramanujan_slack": 0.5, "expander_max_tries": 50,
-                   "virtual_nodes": 2, "seed": 0}
+    options = {"self_loops": True, "expander": ExpanderConfig(degree=4, ramanujan_slack=0.5, max_tries=50),
+               "virtual_nodes": 2, "seed": 0}
     options.update(overrides)
     return build_interaction_graph(graph, **options)
 
 
 def test_edge_type_counts():
     n, degree, virtual = 30, 4, 2
-    interaction_graph = build(path_graph(n), expander_degree=degree, virtual_nodes=virtual)
+    interaction_graph = build(path_graph(n), expander=ExpanderConfig(degree=degree, ramanujan_slack=0.5, max_tries=50),
+                              virtual_nodes=virtual)
     assert interaction_graph.num_nodes == n + virtual
     assert interaction_graph.edge_type_counts() == {
         "graph": 2 * (n - 1),
@@ -48,7 +50,7 @@ def test_edge_type_counts():
 
 
 def test_components_switch_off():
-    interaction_graph = build(path_graph(10), self_loops=False, expander_degree=None, virtual_nodes=0)
+    interaction_graph = build(path_graph(10), self_loops=False, expander=None, virtual_nodes=0)
     assert interaction_graph.edge_type_counts() == {
         "graph": 18, "self": 0, "expander": 0, "virtual": 0, "anchor": 0, "khop": 0, "substructure": 0
     }

@@ -8,17 +8,18 @@ import pytest
 
 from benchmarks import preprocess_scale
 from sgt_core.config import compose_config
+from sgt_core.config.preprocess import PreprocessConfig
 from sgt_core.errors import ConfigError
 from sgt_core.preprocess import stage
 from sgt_core.preprocess.stage import check_size_limits
 from tests.conftest import TINY_GRID
 
 
-def _options(**switched):
+def _options(off: tuple[str, ...] = (), **switched) -> PreprocessConfig:
     options = compose_config()["preprocess"]
     for name, limit in switched.items():
-        options[name].update(enabled=True, max_nodes=limit)
-    return options
+        options[name].update(enabled=name not in off, max_nodes=limit)
+    return PreprocessConfig.from_dict(options)  # a bad limit is named here, as when a run's config is checked
 
 
 @pytest.mark.parametrize("name", ["anchors", "substructures", "lpe"])
@@ -31,9 +32,7 @@ def test_refused_above_the_limit(name):
 def test_allowed_at_the_limit_without_one_or_when_off():
     check_size_limits(_options(anchors=1000, substructures=1000, lpe=1000), 1000)
     check_size_limits(_options(anchors=None, substructures=None, lpe=None), 10**9)
-    options = _options(lpe=10)
-    options["lpe"]["enabled"] = False
-    check_size_limits(options, 10**9)
+    check_size_limits(_options(off=("lpe",), lpe=10), 10**9)
 
 
 @pytest.mark.parametrize("limit", [0, "big", 1.5, True])

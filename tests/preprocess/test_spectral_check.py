@@ -76,7 +76,7 @@ def test_bipartite_draws_are_rejected(monkeypatch):
 
 def test_the_check_is_logged(caplog):
     with caplog.at_level(logging.INFO, logger="sgt_core.preprocess.expander"):
-        result = hamiltonian_expander(2000, 10, generator=np.random.default_rng(0), lanczos_steps=60)
+        result = hamiltonian_expander(2000, 10, generator=np.random.default_rng(0), spectral_check_steps=60)
     assert result.spectral.steps == 60
     assert re.search(r"expander try 1: second \|eigenvalue\| \d+\.\d{4} \(Lanczos lower bound: 60 steps, "
                      r"residual \d\.\d\de[-+]\d\d\), bound 6\.1000", caplog.text)
@@ -85,4 +85,4 @@ def test_the_check_is_logged(caplog):
 @pytest.mark.parametrize("steps", [0, -3, 2.5, True])
 def test_bad_step_count(steps):
     with pytest.raises(ConfigError, match="preprocess.expander.spectral_check_steps must be an integer >= 1"):
-        hamiltonian_expander(100, 4, generator=np.random.default_rng(0), lanczos_steps=steps)
+        hamiltonian_expander(100, 4, generator=np.random.default_rng(0), spectral_check_steps=steps)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sgt_core.config.preprocess import ExpanderConfig
 from sgt_core.models import Spexphormer
 from sgt_core.preprocess.builder import build_interaction_graph
 from sgt_core.preprocess.interaction_graph import EDGE_TYPES, NODE_KINDS
@@ -15,8 +16,8 @@ from tests.preprocess.test_interaction_graph import path_graph
 @pytest.fixture(scope="module")
 def setting():
     torch.manual_seed(0)
-    graph = build_interaction_graph(path_graph(40), self_loops=True, expander_degree=4, ramanujan_slack=1.0,
-                                    expander_max_tries=50, virtual_nodes=1, seed=0)
+    graph = build_interaction_graph(path_graph(40), self_loops=True, virtual_nodes=1, seed=0,
+                                    expander=ExpanderConfig(degree=4, ramanujan_slack=1.0, max_tries=50))
     largest = int(graph.ptr.diff().max())  # the virtual node sees all 40 real nodes and itself
     scores = torch.rand(3, graph.num_edges)
     sampler = LayerSampler(graph.edge_index, graph.edge_type, graph.ptr, scores, [largest] * 3, "reservoir",
@@ -55,8 +56,8 @@ def test_batch_of_one_equals_full_graph_inference(setting):
 
 
 def test_batch_layers_follow_algorithm_2():
-    graph = build_interaction_graph(path_graph(60), self_loops=True, expander_degree=4, ramanujan_slack=1.0,
-                                    expander_max_tries=50, virtual_nodes=0, seed=1)
+    graph = build_interaction_graph(path_graph(60), self_loops=True, virtual_nodes=0, seed=1,
+                                    expander=ExpanderConfig(degree=4, ramanujan_slack=1.0, max_tries=50))
     sampler = LayerSampler(graph.edge_index, graph.edge_type, graph.ptr, torch.rand(2, graph.num_edges), [3, 2],
                            "reservoir", torch.Generator().manual_seed(3))
     targets = torch.tensor([5, 17, 42])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sgt_core.config.preprocess import ExpanderConfig
 from sgt_core.models import NodeExtras, Spexphormer
 from sgt_core.preprocess.interaction_graph import NODE_KINDS
 from sgt_core.sampling import LayerSampler
@@ -15,7 +16,7 @@ from tests.preprocess.test_interaction_graph import path_graph
 @pytest.fixture(scope="module", params=[False, True], ids=["batchnorm", "deepnorm"])
 def setting(request):
     torch.manual_seed(0)
-    graph = build_all(path_graph(30), ramanujan_slack=1.0)
+    graph = build_all(path_graph(30), expander=ExpanderConfig(degree=4, ramanujan_slack=1.0, max_tries=50))
     largest = int(graph.ptr.diff().max())  # keep every neighbour: sampling is then exact
     sampler = LayerSampler(graph.edge_index, graph.edge_type, graph.ptr, torch.rand(2, graph.num_edges),
                            [largest] * 2, "reservoir", torch.Generator().manual_seed(0), graph.edge_spd)

@@ -17,7 +17,7 @@ import torch
 import torch.multiprocessing as mp
 
 from sgt_core.errors import ConfigError
-from sgt_core.models.spexphormer import SampledLayer
+from sgt_core.layers import SampledLayer
 from sgt_core.optim import AdamW, CosineWithWarmup
 from sgt_core.seeding import seed_everything
 from sgt_core.train.distributed import (
@@ -41,7 +41,7 @@ OVERRIDES = [f"train.batch_size={BATCH}", "model.dropout=0", f"train.epochs={EPO
 
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory) -> tuple[dict, dict[str, Path]]:
-    cfg, outputs = run_stages(tmp_path_factory.mktemp("ddp"), OVERRIDES, until="export")
+    cfg, outputs, _ = run_stages(tmp_path_factory.mktemp("ddp"), OVERRIDES, until="export")
     return cfg, {name: outputs[name] for name in ("preprocess", "export")}
 
 
@@ -57,8 +57,8 @@ def _build_in_float64(cfg: dict, graph, scores) -> WideNetworkTraining:
     training = WideNetworkTraining.build(cfg, graph, scores, torch.device("cpu"))
     training.model.double()
     training.x = training.x.double()
-    training.optimizer = AdamW(training.model.parameters(), lr=cfg["train"]["lr"],
-                               weight_decay=cfg["train"]["weight_decay"])
+    training.optimizer = AdamW(training.model.parameters(), lr=cfg["optimizer"]["lr"],
+                               weight_decay=cfg["optimizer"]["weight_decay"])
     return training
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 from mlflow.tracking import MlflowClient
 
 from flows.cli import main
@@ -35,6 +36,7 @@ def test_serve_without_a_server_gives_one_clear_error(monkeypatch, capsys):
 
 # Starts a Prefect server, the MLflow UI and `sgt serve` as real processes (about a minute on 2 cores):
 # in the default suite, since it needs nothing beyond the project's own dependencies.
+@pytest.mark.server
 def test_served_run_is_tracked_in_mlflow(ui_stack, served_run):
     parents = pipeline_runs(ui_stack.tracking_uri)
     assert len(parents) == 1
@@ -52,6 +54,7 @@ def test_served_run_is_tracked_in_mlflow(ui_stack, served_run):
     assert parent.info.run_id in artifacts[0]["data"]
 
 
+@pytest.mark.server
 def test_invalid_parameters_fail_with_the_clis_error(ui_stack, capsys):
     before = len(pipeline_runs(ui_stack.tracking_uri))
     flow_run = ui_stack.trigger(dataset="nope")

@@ -1,4 +1,4 @@
-"""Substructure matching, coverage-balanced sampling, token edges and DFS encoding on tiny graphs."""
+"""Matching: induced cycles, stars and paths against brute force, caps, hop-2 balls and random walks."""
 
 from __future__ import annotations
 
@@ -8,77 +8,24 @@ import numpy as np
 import pytest
 
 from sgt_core.errors import ConfigError, DatasetError
-from sgt_core.preprocess.substructures import (
-    CYCLE_SIZES,
+from sgt_core.preprocess.adjacency import simple_csr
+from sgt_core.preprocess.interaction_graph import CYCLE_SIZES, PATH_SIZES, SUBSTRUCTURE_TYPES
+from sgt_core.preprocess.substructures.instances import Substructures
+from sgt_core.preprocess.substructures.matching import (
     DEFAULT_SUBSTRUCTURE_CAPS,
-    PATH_SIZES,
-    STAR_LEAVES,
-    SUBSTRUCTURE_TYPES,
-    Substructures,
     _random_walk_sets,
-    _simple_csr,
-    coverage_balanced_sample,
-    dfs_adjacency_encoding,
-    dfs_adjacency_encodings,
     match_substructures,
-    substructure_token_edges,
 )
-
-GEOMETRIC = [f"cycle_{k}" for k in CYCLE_SIZES] + [f"star_{k}" for k in STAR_LEAVES]
-GEOMETRIC += [f"path_{k}" for k in PATH_SIZES]
-
-
-# ---------------------------------------------------------------- tiny graphs, both directions per edge
-
-
-def _both_ways(pairs) -> np.ndarray:
-    e = np.asarray(pairs, dtype=np.int64).reshape(-1, 2).T
-    return np.concatenate([e, e[::-1]], axis=1)
-
-
-def cycle_with_chord():
-    return _both_ways([(i, (i + 1) % 6) for i in range(6)] + [(0, 3)]), 6
-
-
-def k4():
-    return _both_ways(list(itertools.combinations(range(4), 2))), 4
-
-
-def grid(rows, cols, king=False):
-    moves = [(0, 1), (1, 0)] + ([(1, 1), (1, -1)] if king else [])
-    pairs = []
-    for r, c in itertools.product(range(rows), range(cols)):
-        for dr, dc in moves:
-            if 0 <= r + dr < rows and 0 <= c + dc < cols:
-                pairs.append((r * cols + c, (r + dr) * cols + c + dc))
-    return _both_ways(pairs), rows * cols
-
-
-def star(leaves):
-    return _both_ways([(0, i) for i in range(1, leaves + 1)]), leaves + 1
-
-
-def path(nodes):
-    return _both_ways([(i, i + 1) for i in range(nodes - 1)]), nodes
-
-
-def petersen():
-    outer = [(i, (i + 1) % 5) for i in range(5)]
-    spokes = [(i, i + 5) for i in range(5)]
-    inner = [(5 + i, 5 + (i + 2) % 5) for i in range(5)]
-    return _both_ways(outer + spokes + inner), 10
-
-
-SMALL_GRAPHS = {
-    "cycle_with_chord": cycle_with_chord,
-    "k4": k4,
-    "grid_3x4": lambda: grid(3, 4),
-    "king_3x3": lambda: grid(3, 3, king=True),
-    "star_6": lambda: star(6),
-    "path_8": lambda: path(8),
-    "petersen": petersen,
-}
-
+from tests.preprocess.substructures.graphs import (
+    GEOMETRIC,
+    SMALL_GRAPHS,
+    both_ways,
+    cycle_with_chord,
+    grid,
+    k4,
+    path,
+    petersen,
+)
 
 # ---------------------------------------------------------------- independent brute force
 
@@ -232,7 +179,7 @@ def test_hop2_size_cap_keeps_centre_side_connected():
 def test_random_walks_contain_start_and_are_connected():
     edge_index, n = grid(8, 8)
     adj = _adjacency(edge_index, n)
-    indptr, indices = _simple_csr(edge_index, n, "test")
+    indptr, indices = simple_csr(edge_index, n, "test")
     starts = np.random.default_rng(0).permutation(n)
     walks = _random_walk_sets(indptr, indices, starts, 10, np.random.default_rng(1))
     for start, nodes in zip(starts.tolist(), walks):
@@ -244,7 +191,7 @@ def test_random_walks_contain_start_and_are_connected():
 
 
 def test_isolated_node_walk_stays_put():
-    indptr, indices = _simple_csr(_both_ways([(0, 1)]), 3, "test")
+    indptr, indices = simple_csr(both_ways([(0, 1)]), 3, "test")
     walks = _random_walk_sets(indptr, indices, np.array([2, 0]), 10, np.random.default_rng(0))
     assert walks == [(2,), (0, 1)]
 
@@ -266,137 +213,10 @@ def test_bad_input_is_reported():
         match_substructures(edge_index, 3, types={"cycle_3": 1}, generator=np.random.default_rng(0))
 
 
-# ---------------------------------------------------------------- coverage-balanced sampling
-
-
-def test_coverage_reaches_threshold():
-    edge_index, n = grid(20, 20, king=True)
-    caps = dict.fromkeys(GEOMETRIC, 200) | {"hop2": None, "random_walk": None}
-    subs = match_substructures(edge_index, n, types=caps, generator=np.random.default_rng(0))
-    for threshold in (1, 2, 3):
-        picks = coverage_balanced_sample(subs, n, threshold, np.random.default_rng(threshold))
-        assert len(np.unique(picks)) == len(picks)
-        coverage = np.bincount(subs.select(picks).members, minlength=n)
-        assert coverage.min() >= threshold
-        assert len(picks) < len(subs)  # stops once the target is met
-
-
-def test_coverage_stops_when_candidates_run_out():
-    subs = Substructures.from_lists([[0, 1], [0, 1], [2], [0, 1, 2]], [0, 0, 0, 1])
-    picks = coverage_balanced_sample(subs, 6, 5, np.random.default_rng(0))
-    assert sorted(picks.tolist()) == [0, 1, 2, 3]  # everything useful taken; nodes 3-5 are in nothing
-    # A candidate that covers no under-covered node is never taken.
-    subs = Substructures.from_lists([[0, 1], [0, 1], [2]], [0, 0, 0])
-    picks = coverage_balanced_sample(subs, 3, 1, np.random.default_rng(0))
-    assert len(picks) == 2 and 2 in picks.tolist()
-    assert coverage_balanced_sample(subs, 3, 0, np.random.default_rng(0)).size == 0
-
-
-def test_coverage_balances_types():
-    n, copies = 60, 5
-    instances, types = [], []
-    for type_id, width in [(0, 2), (3, 3), (17, 5)]:
-        for start in range(n - width + 1):
-            for _ in range(copies):
-                instances.append(range(start, start + width))
-                types.append(type_id)
-    subs = Substructures.from_lists(instances, types)
-    picks = coverage_balanced_sample(subs, n, 4, np.random.default_rng(0))
-    used = np.bincount(subs.type_id[picks], minlength=len(SUBSTRUCTURE_TYPES))[[0, 3, 17]]
-    assert used.max() - used.min() <= 1, used
-    assert np.bincount(subs.select(picks).members, minlength=n).min() >= 4
-
-
-def test_coverage_prefers_least_covered_nodes():
-    # Type 0 only. After {0..3} is taken, {0..3}-overlapping candidates lose to the disjoint {4..7}.
-    subs = Substructures.from_lists([[0, 1, 2, 3], [1, 2, 3, 4], [4, 5, 6, 7]], [0, 0, 0])
-    picks = coverage_balanced_sample(subs, 8, 1, np.random.default_rng(0))
-    assert sorted(picks.tolist()) == [0, 2]
-
-
-# ---------------------------------------------------------------- token edges
-
-
-def test_token_edges_join_each_token_to_exactly_its_members():
-    subs = Substructures.from_lists([[0, 1, 2], [2, 3], [4, 5, 6, 7]], [0, 5, 17])
-    selection = subs.select(np.array([2, 0]))
-    edge_index, num_tokens = substructure_token_edges(selection, 8)
-    assert num_tokens == 2 and edge_index.dtype == np.int64 and edge_index.shape == (2, 14)
-    pairs = set(map(tuple, edge_index.T.tolist()))
-    assert len(pairs) == 14
-    for t, members in enumerate([[4, 5, 6, 7], [0, 1, 2]]):
-        token = 8 + t
-        assert {s for s, d in pairs if d == token} == set(members)
-        assert {d for s, d in pairs if s == token} == set(members)
-    assert all(s >= 8 or d >= 8 for s, d in pairs)  # no member-member edges
-
-
-# ---------------------------------------------------------------- DFS-ordered adjacency encoding
-
-
-def _relabelled(pairs, num_nodes, rng, total=50):
-    """The same small graph with its nodes mapped to random distinct ids in [0, total)."""
-    ids = rng.choice(total, size=num_nodes, replace=False)
-    return _both_ways([(ids[u], ids[v]) for u, v in pairs]), ids
-
-
-SHAPES = {
-    "star": [(0, i) for i in range(1, 6)],
-    "path": [(i, i + 1) for i in range(6)],
-    "cycle": [(i, (i + 1) % 7) for i in range(7)],
-    "spider": [(0, 1), (1, 2), (0, 3), (3, 4), (4, 5), (0, 6)],
-}
-
-
-@pytest.mark.parametrize("shape", list(SHAPES))
-def test_dfs_encoding_is_invariant_to_relabelling(shape):
-    pairs = SHAPES[shape]
-    num = max(max(p) for p in pairs) + 1
-    rng = np.random.default_rng(0)
-    codes = []
-    for _ in range(6):
-        edge_index, ids = _relabelled(pairs, num, rng)
-        # Extra edges elsewhere in the graph must not matter.
-        others = np.setdiff1d(np.arange(50), ids)[:4]
-        extra = _both_ways([(others[0], others[1]), (others[2], ids[0])])
-        edge_index = np.concatenate([edge_index, extra], axis=1)
-        codes.append(dfs_adjacency_encoding(ids, edge_index, 9))
-    for code in codes[1:]:
-        np.testing.assert_array_equal(code, codes[0])
-    block = codes[0].reshape(9, 9)
-    assert block.sum() == 2 * len(pairs) and np.array_equal(block, block.T)
-    assert block[num:].sum() == 0 and block[:, num:].sum() == 0  # padding stays zero
-
-
-def test_dfs_encoding_of_a_star_and_a_path_by_hand():
-    star_code = dfs_adjacency_encoding(np.arange(4), _both_ways([(3, 0), (3, 1), (3, 2)]), 4).reshape(4, 4)
-    expected = np.zeros((4, 4), dtype=np.float32)
-    expected[0, 1:] = expected[1:, 0] = 1  # centre first, then the leaves
-    np.testing.assert_array_equal(star_code, expected)
-    # Path 0-1-2-3-4: start at the middle (2), then 1 (smaller id) down to 0, then 3, 4.
-    path_code = dfs_adjacency_encoding(np.arange(5), path(5)[0], 5).reshape(5, 5)
-    order = [2, 1, 0, 3, 4]
-    adj = np.zeros((5, 5), dtype=np.float32)
-    for i in range(4):
-        adj[i, i + 1] = adj[i + 1, i] = 1
-    np.testing.assert_array_equal(path_code, adj[np.ix_(order, order)])
-
-
-def test_dfs_batch_matches_single_and_truncates():
-    edge_index, n = grid(4, 4, king=True)
-    subs = Substructures.from_lists([[0, 1, 4, 5], [0, 1, 2, 3, 4, 5, 6, 7], [10]], [1, 16, 17])
-    batch = dfs_adjacency_encodings(subs, edge_index, n, 6)
-    assert batch.shape == (3, 36) and batch.dtype == np.float32
-    for i in range(3):
-        np.testing.assert_array_equal(batch[i], dfs_adjacency_encoding(subs.instance(i), edge_index, 6))
-    assert batch[0].reshape(6, 6)[:4, :4].sum() == 12  # a king-grid 2x2 block is a K4
-    assert batch[1].reshape(6, 6).sum() > 0 and batch[2].sum() == 0
-
-
 def test_cycles_agree_with_networkx_chordless_cycles():
     nx = pytest.importorskip("networkx")
     graph = nx.gnm_random_graph(40, 90, seed=3)
-    edge_index = _both_ways(list(graph.edges()))
+    edge_index = both_ways(list(graph.edges()))
     got = as_sets(_match(edge_index, 40, {f"cycle_{k}": None for k in CYCLE_SIZES}))
     expected = {k: set() for k in CYCLE_SIZES}
     for cycle in nx.chordless_cycles(graph, length_bound=8):

@@ -1,25 +1,4 @@
-"""Substructure tokens (DeepGraph, Zhao et al., ICLR 2023): vocabulary matching, coverage-balanced
-sampling, token edges and the DFS-ordered adjacency encoding.
-
-DeepGraph adds one token per sampled substructure and lets it attend only to its member nodes. This module
-builds everything on the data side of that idea, as plain NumPy:
-
-1. `match_substructures` finds the instances of a fixed vocabulary (`SUBSTRUCTURE_TYPES`, DeepGraph
-   Appendix C): induced cycles of 3..8 nodes, induced stars with 2..6 leaves, induced paths of 4..8 nodes,
-   capped 2-hop neighbourhoods and 10-step random-walk neighbourhoods.
-2. `coverage_balanced_sample` picks a subset that covers every node about `threshold` times while using
-   the types evenly (Appendix D).
-3. `substructure_token_edges` turns the picked instances into token nodes joined to their members.
-4. `dfs_adjacency_encodings` gives each token its input feature: the instance's induced adjacency matrix
-   written in a degree-ordered depth-first order (Appendix E), padded and flattened.
-
-Every geometric type is matched as an *induced* subgraph, so an instance is exactly determined by its
-node set: the set of nodes of an induced cycle, star or path admits only one such shape. That is what
-makes "canonicalise by the sorted node tuple" exact: a cycle found from each of its rotations and
-directions, or a path found from both ends, is one instance. (A non-induced match would conflate e.g.
-the three different 4-cycles on the nodes of a K4.) Consequences worth knowing: a 6-cycle with a chord
-counts as two smaller cycles, not as a 6-cycle; a triangle is no 2-leaf star.
-"""
+"""Matching: finds the instances of DeepGraph's substructure vocabulary in a graph (Appendix C)."""
 
 from __future__ import annotations
 
@@ -27,28 +6,15 @@ import itertools
 import math
 import operator
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 
 import numpy as np
 
-from sgt_core.errors import ConfigError, DatasetError
-from sgt_core.preprocess.adjacency import simple_adjacency
+from sgt_core.errors import ConfigError
+from sgt_core.preprocess.adjacency import segment_positions, simple_csr
 from sgt_core.preprocess.interaction_graph import CYCLE_SIZES, PATH_SIZES, STAR_LEAVES, SUBSTRUCTURE_TYPES
+from sgt_core.preprocess.substructures.instances import Substructures
 
-__all__ = [
-    "CYCLE_SIZES",
-    "DEFAULT_SUBSTRUCTURE_CAPS",
-    "PATH_SIZES",
-    "STAR_LEAVES",
-    "SUBSTRUCTURE_TYPES",
-    "Substructures",
-    "coverage_balanced_sample",
-    "dfs_adjacency_encoding",
-    "dfs_adjacency_encodings",
-    "dfs_order",
-    "match_substructures",
-    "substructure_token_edges",
-]
+__all__ = ["DEFAULT_SUBSTRUCTURE_CAPS", "match_substructures"]
 
 # The vocabulary (SUBSTRUCTURE_TYPES) lives in the interaction graph's schema, which loads without scipy.
 _TYPE_ID = {name: i for i, name in enumerate(SUBSTRUCTURE_TYPES)}
@@ -64,87 +30,6 @@ DEFAULT_SUBSTRUCTURE_CAPS: dict[str, int | None] = {name: 1000 for name in SUBST
 
 # Per-root instance limit = ceil(_ROOT_OVERSAMPLE * cap / num_nodes): spreads capped samples over the graph.
 _ROOT_OVERSAMPLE = 2.0
-
-
-@dataclass(frozen=True, eq=False)
-class Substructures:
-    """Substructure instances in columnar (CSR) form.
-
-    Instance i has member nodes ``members[ptr[i]:ptr[i + 1]]`` (distinct, ascending) and type
-    ``SUBSTRUCTURE_TYPES[type_id[i]]``.
-
-    Attributes:
-        members: int64 [M], the member node ids of all instances back to back.
-        ptr: int64 [S + 1], instance boundaries in ``members``.
-        type_id: int64 [S], index into ``SUBSTRUCTURE_TYPES``.
-    """
-
-    members: np.ndarray
-    ptr: np.ndarray
-    type_id: np.ndarray
-
-    def __len__(self) -> int:
-        return int(self.type_id.shape[0])
-
-    @property
-    def sizes(self) -> np.ndarray:
-        """int64 [S]: member count of each instance."""
-        return np.diff(self.ptr)
-
-    @property
-    def instance_of_member(self) -> np.ndarray:
-        """int64 [M]: the instance each entry of ``members`` belongs to."""
-        return np.repeat(np.arange(len(self), dtype=np.int64), self.sizes)
-
-    def instance(self, i: int) -> np.ndarray:
-        """int64 [size_i]: the members of instance i."""
-        return self.members[self.ptr[i] : self.ptr[i + 1]]
-
-    def type_counts(self) -> dict[str, int]:
-        counts = np.bincount(self.type_id, minlength=len(SUBSTRUCTURE_TYPES))
-        return {name: int(c) for name, c in zip(SUBSTRUCTURE_TYPES, counts)}
-
-    def select(self, indices: np.ndarray) -> Substructures:
-        """A new `Substructures` holding the given instances, in the given order."""
-        idx = np.asarray(indices, dtype=np.int64)
-        sizes = self.sizes[idx]
-        ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        # Gather the CSR segments of the chosen instances: flat positions start[i] + 0..size_i-1.
-        offsets = np.arange(int(ptr[-1]), dtype=np.int64) - np.repeat(ptr[:-1], sizes)  # [M']
-        members = self.members[np.repeat(self.ptr[idx], sizes) + offsets]  # [M']
-        return Substructures(members=members, ptr=ptr, type_id=self.type_id[idx].copy())
-
-    @classmethod
-    def from_lists(cls, instances: list, type_ids: list[int] | np.ndarray) -> Substructures:
-        """Builds from a list of node collections (deduplicated and sorted per instance) and their types."""
-        arrays = [np.unique(np.asarray(m, dtype=np.int64)) for m in instances]
-        sizes = np.array([a.size for a in arrays], dtype=np.int64)
-        ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        members = np.concatenate(arrays) if arrays else np.empty(0, dtype=np.int64)
-        return cls(members=members, ptr=ptr, type_id=np.asarray(type_ids, dtype=np.int64).reshape(-1))
-
-
-# --------------------------------------------------------------------------------------------------
-# Graph helpers
-# --------------------------------------------------------------------------------------------------
-
-
-def _simple_csr(edge_index: np.ndarray, num_nodes: int, where: str) -> tuple[np.ndarray, np.ndarray]:
-    """(indptr [n+1], indices [E']) of the simple undirected graph: symmetrised, no loops, no repeats."""
-    adj = simple_adjacency(edge_index, num_nodes, where)
-    return adj.indptr.astype(np.int64), adj.indices.astype(np.int64)
-
-
-def _edge_keys(edge_index: np.ndarray, num_nodes: int, where: str) -> np.ndarray:
-    """Sorted unique keys u * n + v of the simple symmetrised graph (both directions present)."""
-    indptr, indices = _simple_csr(edge_index, num_nodes, where)
-    src = np.repeat(np.arange(num_nodes, dtype=np.int64), np.diff(indptr))
-    return src * num_nodes + indices  # already sorted by (src, dst)
-
-
-# --------------------------------------------------------------------------------------------------
-# Matching
-# --------------------------------------------------------------------------------------------------
 
 
 class _Search:
@@ -346,14 +231,6 @@ def _enumerate_family(
     return found
 
 
-def _segment_positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Flat positions starts[i] + 0..lengths[i]-1 of several CSR segments, back to back: int64 [sum]."""
-    if lengths.size == 0:
-        return np.empty(0, dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    return np.repeat(starts - offsets, lengths) + np.arange(int(lengths.sum()), dtype=np.int64)
-
-
 def _rows_to_tuples(rows: np.ndarray, nodes: np.ndarray, num_rows: int) -> list[tuple[int, ...]]:
     """Groups (row, node) pairs sorted by row into one tuple per row."""
     bounds = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=num_rows))]).tolist()
@@ -389,9 +266,9 @@ def _hop2_neighbourhoods(
         b = block.size
         rows0 = np.arange(b, dtype=np.int64)
         rows1 = np.repeat(rows0, deg[block])  # [B1]
-        hop1 = indices[_segment_positions(indptr[block], deg[block])]  # [B1]
+        hop1 = indices[segment_positions(indptr[block], deg[block])]  # [B1]
         rows2 = np.repeat(rows1, deg[hop1])  # [B2]
-        hop2 = indices[_segment_positions(indptr[hop1], deg[hop1])]  # [B2]
+        hop2 = indices[segment_positions(indptr[hop1], deg[hop1])]  # [B2]
         rows = np.concatenate([rows0, rows1, rows2])
         nodes = np.concatenate([block, hop1, hop2])
         prio = np.concatenate(
@@ -503,7 +380,7 @@ def match_substructures(
         raise ConfigError(
             f"max_steps_per_root and max_steps must be >= 1; got {max_steps_per_root}, {max_steps}"
         )
-    indptr, indices = _simple_csr(edge_index, n, "match_substructures")
+    indptr, indices = simple_csr(edge_index, n, "match_substructures")
     instances: list[tuple[int, ...]] = []
     type_ids: list[int] = []
 
@@ -582,259 +459,3 @@ def _validate_caps(types: Mapping[str, int | None]) -> dict[str, int | None]:
             cap = int(cap)
         caps[name] = cap
     return caps
-
-
-# --------------------------------------------------------------------------------------------------
-# Coverage-balanced sampling
-# --------------------------------------------------------------------------------------------------
-
-
-def coverage_balanced_sample(
-    substructures: Substructures,
-    num_nodes: int,
-    threshold: int,
-    generator: np.random.Generator,
-) -> np.ndarray:
-    """Greedily picks substructures until every node is covered `threshold` times (DeepGraph Appendix D).
-
-    Rule: keep ``cnt_i`` = the number of members of candidate i that are covered fewer than `threshold`
-    times so far. At each step take the type used least so far among types that still have a useful
-    candidate (cnt > 0), ties between types in a fixed random order (so types are used round-robin), and
-    within it a candidate with the largest cnt, ties broken at random. Stop when every node is covered
-    `threshold` times or no candidate covers an under-covered node any more (so nodes that no instance
-    contains never block termination). With this rule the used counts of the types that stay available
-    differ by at most one.
-
-    This is the deterministic, one-at-a-time form of the paper's scheme (which draws ``n_sample`` of the
-    top-k candidates per round after ``n_init`` random picks). ``cnt`` is kept exact incrementally: when a
-    node reaches the threshold, each candidate containing it loses one, through a node -> instances
-    index, so a step costs O(largest type's candidate count + touched memberships).
-
-    Args:
-        substructures: the candidates (e.g. from `match_substructures`).
-        num_nodes: number of nodes n; member ids must lie in [0, n).
-        threshold: target coverage per node (>= 0; 0 selects nothing).
-        generator: breaks ties.
-
-    Returns:
-        int64 [T]: indices into `substructures` in pick order; ``substructures.select(result)`` gives them.
-    """
-    n = operator.index(num_nodes)
-    threshold = operator.index(threshold)
-    if threshold < 0:
-        raise ConfigError(f"coverage threshold must be >= 0; got {threshold}")
-    num_subs = len(substructures)
-    members = substructures.members
-    if members.size and (int(members.min()) < 0 or int(members.max()) >= n):
-        raise DatasetError(
-            f"coverage_balanced_sample: member ids lie in [{int(members.min())}, {int(members.max())}], "
-            f"outside [0, {n})"
-        )
-    if threshold == 0 or num_subs == 0:
-        return np.empty(0, dtype=np.int64)
-
-    # Work in a permuted index space where candidates are grouped by type and shuffled within a type,
-    # so a type is one contiguous slice of `cnt` and argmax's first-max rule is a random tie-break.
-    perm = np.lexsort((generator.random(num_subs), substructures.type_id))  # [S] permuted -> original
-    pos_of = np.empty(num_subs, dtype=np.int64)
-    pos_of[perm] = np.arange(num_subs)  # original -> permuted
-    sorted_types = substructures.type_id[perm]
-    present = np.unique(sorted_types)
-    seg_start = np.searchsorted(sorted_types, present, side="left")
-    seg_end = np.searchsorted(sorted_types, present, side="right")
-
-    sizes = substructures.sizes
-    cnt = sizes[perm].astype(np.int64)  # every node starts under-covered
-    # node -> the (permuted) candidates that contain it, CSR over nodes.
-    owner = pos_of[substructures.instance_of_member]  # [M]
-    by_node = np.argsort(members, kind="stable")
-    node_owner = owner[by_node]  # [M]
-    node_ptr = np.concatenate([[0], np.cumsum(np.bincount(members, minlength=n))]).astype(np.int64)
-
-    coverage = np.zeros(n, dtype=np.int64)
-    under = n  # nodes covered fewer than `threshold` times
-    used = np.zeros(present.size, dtype=np.int64)
-    type_order = generator.permutation(present.size)  # fixed tie order between equally used types
-    active = np.ones(present.size, dtype=bool)
-    picked_flag = np.iinfo(np.int64).min // 2
-    picks: list[int] = []
-    while under > 0 and active.any():
-        # Least-used active type; among equals, the first in `type_order`.
-        candidates = type_order[active[type_order]]
-        t = int(candidates[np.argmin(used[candidates])])
-        seg = cnt[seg_start[t] : seg_end[t]]
-        j = int(np.argmax(seg))
-        if seg[j] <= 0:
-            active[t] = False  # cnt only decreases, so this type stays useless
-            continue
-        s = int(seg_start[t]) + j
-        cnt[s] = picked_flag
-        used[t] += 1
-        original = int(perm[s])
-        picks.append(original)
-        mem = members[substructures.ptr[original] : substructures.ptr[original + 1]]
-        coverage[mem] += 1
-        reached = mem[coverage[mem] == threshold]  # nodes that just reached the threshold
-        if reached.size:
-            under -= int(reached.size)
-            lo = node_ptr[reached]
-            flat = _segment_positions(lo, node_ptr[reached + 1] - lo)  # [memberships of `reached`]
-            np.subtract.at(cnt, node_owner[flat], 1)
-    return np.asarray(picks, dtype=np.int64)
-
-
-# --------------------------------------------------------------------------------------------------
-# Token edges
-# --------------------------------------------------------------------------------------------------
-
-
-def substructure_token_edges(selection: Substructures, num_nodes: int) -> tuple[np.ndarray, int]:
-    """Joins token node ``num_nodes + t`` (for selected instance t) both ways to each of its members.
-
-    Args:
-        selection: the selected instances (e.g. ``subs.select(coverage_balanced_sample(...))``).
-        num_nodes: number of graph nodes n; tokens get ids n, n + 1, ..., n + T - 1.
-
-    Returns:
-        (edge_index int64 [2, 2M] as (src, dst): first member -> token for every membership, then
-        token -> member in the same order; num_tokens T). The caller tags them with its `substructure`
-        edge type and re-sorts with the other edge blocks.
-    """
-    n = operator.index(num_nodes)
-    members = selection.members.astype(np.int64)
-    if members.size and (int(members.min()) < 0 or int(members.max()) >= n):
-        raise DatasetError(
-            f"substructure_token_edges: member ids lie in [{int(members.min())}, {int(members.max())}], "
-            f"outside [0, {n})"
-        )
-    tokens = n + selection.instance_of_member  # [M]
-    to_token = np.stack([members, tokens])  # [2, M]
-    return np.concatenate([to_token, to_token[::-1]], axis=1), len(selection)
-
-
-# --------------------------------------------------------------------------------------------------
-# DFS-ordered adjacency encoding
-# --------------------------------------------------------------------------------------------------
-
-
-def dfs_order(node_ids: list[int], neighbours: list[list[int]]) -> list[int]:
-    """Degree-ordered depth-first order of a small graph (DeepGraph Appendix E, deterministic variant).
-
-    Nodes are ranked by a label-free colour: the degree, refined by colour refinement (1-WL) until
-    stable, so that equal-degree nodes in different structural roles (the middle of a path versus a node
-    next to an end) are still told apart; since the refinement keeps the degree as the primary key,
-    "higher colour" always means "higher degree first". The DFS starts at the highest-coloured node and
-    visits unvisited neighbours by descending colour; remaining ties are broken by the smaller
-    ``node_ids`` entry. A disconnected graph restarts from the best unvisited node.
-
-    The paper starts at a least-degree node and permutes ties at random (then pools over orders); here the
-    start is a highest-degree node and ties are broken deterministically, so one encoding per token.
-
-    Args:
-        node_ids: global id of each local node (tie-breaker only).
-        neighbours: local adjacency lists.
-
-    Returns:
-        Local indices in visiting order.
-    """
-    size = len(neighbours)
-    colour = [len(nb) for nb in neighbours]
-    classes = len(set(colour))
-    for _ in range(size):
-        signature = [(colour[i], tuple(sorted(colour[j] for j in neighbours[i]))) for i in range(size)]
-        palette = {sig: c for c, sig in enumerate(sorted(set(signature)))}
-        refined = [palette[sig] for sig in signature]
-        colour = refined
-        if len(palette) == classes:
-            break
-        classes = len(palette)
-
-    def key(i: int) -> tuple[int, int]:
-        return (-colour[i], node_ids[i])
-
-    visited = [False] * size
-    order: list[int] = []
-    for start in sorted(range(size), key=key):
-        if visited[start]:
-            continue
-        visited[start] = True
-        order.append(start)
-        stack = [iter(sorted(neighbours[start], key=key))]
-        while stack:
-            for w in stack[-1]:
-                if not visited[w]:
-                    visited[w] = True
-                    order.append(w)
-                    stack.append(iter(sorted(neighbours[w], key=key)))
-                    break
-            else:
-                stack.pop()
-    return order
-
-
-def dfs_adjacency_encodings(
-    substructures: Substructures, edge_index: np.ndarray, num_nodes: int, max_size: int
-) -> np.ndarray:
-    """DFS-ordered induced adjacency of every instance, padded and flattened (DeepGraph Appendix E).
-
-    For instance i with members in `dfs_order`, entry (a, b) of its ``max_size x max_size`` block is 1 iff
-    the a-th and b-th visited members are adjacent. Instances larger than `max_size` keep their first
-    `max_size` visited nodes. Row-major flattening.
-
-    Args:
-        substructures: instances whose members are node ids of the graph.
-        edge_index: int [2, E] graph edges (symmetrised; loops and repeats ignored).
-        num_nodes: number of graph nodes n.
-        max_size: side of the padded matrix.
-
-    Returns:
-        float32 [S, max_size * max_size].
-    """
-    n = operator.index(num_nodes)
-    max_size = operator.index(max_size)
-    if max_size < 1:
-        raise ConfigError(f"max_size must be >= 1; got {max_size}")
-    keys = _edge_keys(edge_index, n, "dfs_adjacency_encodings")
-    num_subs = len(substructures)
-    out = np.zeros((num_subs, max_size, max_size), dtype=np.float32)  # [S, K, K]
-    sizes = substructures.sizes
-    members_all = substructures.members
-    if members_all.size and (int(members_all.min()) < 0 or int(members_all.max()) >= n):
-        raise DatasetError(
-            f"dfs_adjacency_encodings: member ids lie in [{int(members_all.min())}, "
-            f"{int(members_all.max())}], outside [0, {n})"
-        )
-    # Batch instances of equal size: induced adjacency by looking every member pair up in `keys`.
-    for size in np.unique(sizes).tolist():
-        if size == 0:
-            continue
-        which = np.flatnonzero(sizes == size)  # [B]
-        flat = substructures.ptr[which][:, None] + np.arange(size)  # [B, size]
-        mem = members_all[flat]  # [B, size]
-        query = mem[:, :, None] * n + mem[:, None, :]  # [B, size, size]
-        if keys.size:
-            pos = np.minimum(np.searchsorted(keys, query), keys.size - 1)
-            dense = keys[pos] == query  # [B, size, size]
-        else:
-            dense = np.zeros(query.shape, dtype=bool)
-        keep = min(size, max_size)
-        for b, sub in enumerate(which.tolist()):
-            block = dense[b]  # [size, size]
-            neighbours = [np.flatnonzero(row).tolist() for row in block]
-            order = dfs_order(mem[b].tolist(), neighbours)[:keep]
-            out[sub, :keep, :keep] = block[np.ix_(order, order)]
-    return out.reshape(num_subs, max_size * max_size)
-
-
-def dfs_adjacency_encoding(members: np.ndarray, edge_index: np.ndarray, max_size: int) -> np.ndarray:
-    """DFS-ordered induced adjacency of one node set, padded and flattened: float32 [max_size ** 2].
-
-    See `dfs_adjacency_encodings` (the batch form, which is what the pipeline should call).
-    """
-    nodes = np.unique(np.asarray(members, dtype=np.int64))
-    ei = np.asarray(edge_index, dtype=np.int64)
-    n = int(max(nodes.max(initial=-1), ei.max(initial=-1))) + 1
-    single = Substructures(
-        members=nodes, ptr=np.array([0, nodes.size], dtype=np.int64), type_id=np.zeros(1, dtype=np.int64)
-    )
-    return dfs_adjacency_encodings(single, ei, max(n, 1), max_size)[0]

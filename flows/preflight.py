@@ -1,0 +1,22 @@
+"""Checks a run before it starts: its config and dataset, before any stage runs or any run is recorded."""
+
+from __future__ import annotations
+
+
+def preflight(overrides: list[str]) -> dict:
+    """Checks the config and the dataset before any stage runs or any run is recorded; returns the config."""
+    from flows.tracking import tracking_uri
+    from sgt_core.artifacts import open_store
+    from sgt_core.config import compose_config
+    from sgt_core.data import load_dataset
+    from sgt_core.pipeline import stage_keys
+
+    cfg = compose_config(overrides)
+    keys = stage_keys(cfg)
+    tracking_uri(cfg)  # an object-store artifacts root needs an MLflow store named elsewhere
+    store = open_store(cfg["paths"]["artifacts"])
+    if cfg["stage"] in ("all", "preprocess") and not (
+        cfg["stage"] == "all" and store.is_complete("preprocess", keys["preprocess"])
+    ):
+        load_dataset(cfg["dataset"], seed=cfg["seed"])  # raises DatasetError naming the file and problem
+    return cfg

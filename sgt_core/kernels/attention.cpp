@@ -1,0 +1,759 @@
+// CPU kernels of the `sgt` torch operators: the estimator's edge softmax attention over every
+// interaction-graph edge, the wide network's multi-head attention over fixed sampled slots, reservoir
+// sampling and dropout masks.
+//
+// The operator schemas are the `m.def` lines of TORCH_LIBRARY below; sgt_core/kernels/library.py builds
+// this file with torch.utils.cpp_extension and, where it cannot be built, defines the same schemas from
+// these lines so that the torch implementations (sgt_core/models/fused_{edge,slot}_attention.py, also
+// the CUDA path) answer the same operator names. Autograd is registered there too.
+//
+// Each forward pass makes one sweep over the destinations (query rows) with every per-edge value in
+// registers, so nothing of size E x d is ever materialised. Each backward pass makes two sweeps: one over
+// the destinations (gradients of queries, edge-type terms and a per-edge scalar), and one over the sources
+// grouped by a counting sort (gradients of keys and values). The second sweep replaces a scatter, which
+// would need atomics or one gradient buffer per thread.
+//
+// Results do not depend on the number of threads or their scheduling: every output row is computed by one
+// thread in a fixed order, and the small [C, d] edge-type gradients are summed per fixed block of rows,
+// then over the blocks in order. Threads come from at::parallel_for, so torch.set_num_threads governs them.
+//
+// Every operator checks devices, dtypes, shapes, contiguity and index bounds before it touches memory:
+// a wrong tensor raises ValueError, an index outside its table IndexError, both naming the argument.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+using at::Tensor;
+
+// Rows per block of the edge-type gradient partial sums.
+constexpr int64_t ROWS_PER_BLOCK = 256;
+// How many edges ahead the edge kernels prefetch the node row they will gather. Their gathers are random
+// (expander edges have no locality), so past the CPU caches (about 10^6 nodes) each one is a trip to
+// memory; asking for it this far ahead overlaps the trips instead of taking them one after another.
+constexpr int64_t PREFETCH_EDGES = 32;
+
+// ---------------------------------------------------------------------------------------------------
+// Argument checks
+// ---------------------------------------------------------------------------------------------------
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t k = 0; k < shape.size(); k++) {
+    text += (k ? ", " : "") + (shape[k] < 0 ? std::string("*") : std::to_string(shape[k]));
+  }
+  return text + "]";
+}
+
+// "torch.int32" for at::kInt: the name a Python caller knows.
+std::string dtype_name(at::ScalarType dtype) { return "torch." + std::string(c10::getDtypeNames(dtype).first); }
+
+// A CPU tensor of `dtype`, contiguous, of `shape` (-1: any size). ValueError naming `name` otherwise.
+void expect(const Tensor& t, const char* op, const char* name, at::ScalarType dtype,
+            const std::vector<int64_t>& shape) {
+  TORCH_CHECK_VALUE(t.device().is_cpu(), "sgt::", op, ": ", name, " must be a CPU tensor, found one on ",
+                    t.device());
+  TORCH_CHECK_VALUE(t.scalar_type() == dtype, "sgt::", op, ": ", name, " must be ", dtype_name(dtype),
+                    ", found ", dtype_name(t.scalar_type()));
+  bool same = t.dim() == static_cast<int64_t>(shape.size());
+  for (int64_t k = 0; same && k < t.dim(); k++) same = shape[k] < 0 || t.size(k) == shape[k];
+  TORCH_CHECK_VALUE(same, "sgt::", op, ": ", name, " must have shape ", shape_text(shape), ", found ",
+                    t.sizes());
+  TORCH_CHECK_VALUE(t.is_contiguous(), "sgt::", op, ": ", name, " must be contiguous");
+}
+
+// Every value of an integer tensor lies in [0, bound); IndexError naming the first one outside otherwise.
+// Each call of an operator checks its indices again, so the test is one unsigned comparison per value
+// (a negative value, as unsigned, is past any bound), OR-ed without a branch so that it vectorises: about
+// a millisecond per 10^7 values on one thread. One thread, because a parallel region per argument costs
+// more in synchronisation than it saves, and much more when other processes hold the cores.
+template <typename index_t>
+void expect_indices(const Tensor& t, int64_t bound, const char* op, const char* name) {
+  using unsigned_t = std::make_unsigned_t<index_t>;
+  uint64_t limit = static_cast<uint64_t>(std::max<int64_t>(bound, 0));
+  if (limit > static_cast<uint64_t>(std::numeric_limits<index_t>::max())) {
+    if (std::is_unsigned_v<index_t>) return;  // every value fits (uint8 codes of a table of 256 rows)
+    limit = static_cast<uint64_t>(std::numeric_limits<index_t>::max()) + 1;  // only negatives can fail
+  }
+  const unsigned_t below = static_cast<unsigned_t>(limit);
+  const index_t* values = t.data_ptr<index_t>();
+  const int64_t count = t.numel();
+  unsigned_t bad = 0;
+  for (int64_t k = 0; k < count; k++) bad |= static_cast<unsigned_t>(static_cast<unsigned_t>(values[k]) >= below);
+  if (!bad) return;
+  for (int64_t k = 0; k < count; k++) {
+    const int64_t v = static_cast<int64_t>(values[k]);
+    TORCH_CHECK_INDEX(0 <= v && v < bound, "sgt::", op, ": ", name, "[", k, "] = ", v, " is outside [0, ",
+                      bound, ")");
+  }
+}
+
+// CSR offsets: int64 [n + 1], rising from 0 to `total`.
+void expect_offsets(const Tensor& ptr, int64_t n, int64_t total, const char* op, const char* name) {
+  expect(ptr, op, name, at::kLong, {n + 1});
+  const int64_t* p = ptr.data_ptr<int64_t>();
+  bool rising = p[0] == 0 && p[n] == total;
+  for (int64_t k = 0; rising && k < n; k++) rising = p[k] <= p[k + 1];
+  TORCH_CHECK_VALUE(rising, "sgt::", op, ": ", name, " must rise from 0 to ", total, ", found ", p[0],
+                    " .. ", p[n], rising ? "" : " (or falling somewhere)");
+}
+
+void expect_float(const Tensor& t, const char* op, const char* name) {
+  TORCH_CHECK_VALUE(t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble, "sgt::", op, ": ", name,
+                    " must be torch.float32 or torch.float64, found ", dtype_name(t.scalar_type()));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Parallel loops
+// ---------------------------------------------------------------------------------------------------
+
+// f(begin, end) over [0, count) in chunks of `chunk` handed out as threads free up, like OpenMP's
+// schedule(dynamic): nodes' degrees vary (hubs, virtual nodes), and at::parallel_for alone splits a range
+// into one static part per thread. The threads are at::parallel_for's, so torch's thread setting holds.
+template <typename F>
+void parallel_dynamic(int64_t count, int64_t chunk, const F& f) {
+  const int64_t chunks = (count + chunk - 1) / chunk;
+  if (chunks == 0) return;
+  std::atomic<int64_t> next{0};
+  const int64_t workers = std::min<int64_t>(at::get_num_threads(), chunks);
+  at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
+    for (int64_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
+      f(c * chunk, std::min(count, (c + 1) * chunk));
+    }
+  });
+}
+
+// Sums `blocks` partial tables of `size` values into `total`, block by block in order.
+template <typename scalar_t>
+void sum_blocks(const scalar_t* partial, int64_t blocks, int64_t size, scalar_t* total) {
+  at::parallel_for(0, size, 1024, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; k++) {
+      scalar_t sum = 0;
+      for (int64_t b = 0; b < blocks; b++) sum += partial[b * size + k];
+      total[k] = sum;
+    }
+  });
+}
+
+// Counting sort: groups `count` items by key in [0, n). Items with key k are order[ptr[k] .. ptr[k+1]),
+// in ascending item order. The caller has checked the keys.
+std::tuple<Tensor, Tensor> group_by(const int64_t* key, int64_t count, int64_t n) {
+  Tensor ptr_t = at::zeros({n + 1}, at::kLong), order_t = at::empty({count}, at::kLong);
+  int64_t *ptr = ptr_t.data_ptr<int64_t>(), *order = order_t.data_ptr<int64_t>();
+  for (int64_t item = 0; item < count; item++) ptr[key[item] + 1]++;
+  for (int64_t k = 0; k < n; k++) ptr[k + 1] += ptr[k];
+  std::vector<int64_t> next(ptr, ptr + n);
+  for (int64_t item = 0; item < count; item++) order[next[key[item]]++] = item;
+  return {ptr_t, order_t};
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Edge softmax attention (the estimator). For an edge e = j -> i with code c:
+//   z_e = clip(((E_c * K_j) . Q_i / sqrt(d) + B_c) / tau, +-clip),  a_e = softmax over i's edges,
+//   out_i = sum_e a_e V_j.
+// Edges are sorted by destination: node i's edges are ptr[i] .. ptr[i+1). Sources are int32 and codes
+// uint8: at Amazon2M's 200 M attention edges every byte per edge is 200 MB. Keys and values come
+// interleaved, one [K_j | V_j] row per node (64 bytes at d = 8, one cache line), so each edge costs one
+// random memory access in the forward pass instead of two.
+// ---------------------------------------------------------------------------------------------------
+
+// The edges grouped by source, once per graph: the k-th edge leaving source j (k in source_ptr[j] ..
+// source_ptr[j+1), edges in ascending order) is edge source_edge[k], with destination source_dst[k] and
+// code source_code[k]: the backward pass's sweep over sources reads destinations and codes in order, and
+// gathers only each edge's two gradient terms.
+std::tuple<Tensor, Tensor, Tensor, Tensor> edges_by_source(const Tensor& ptr_t, const Tensor& src_t,
+                                                           const Tensor& code_t) {
+  const char* op = "edges_by_source";
+  const int64_t num_nodes = ptr_t.numel() - 1, num_edges = src_t.numel();
+  TORCH_CHECK_VALUE(num_nodes >= 0, "sgt::", op, ": ptr must have at least one entry");
+  TORCH_CHECK_VALUE(num_edges <= std::numeric_limits<int32_t>::max(), "sgt::", op, ": ", num_edges,
+                    " edges do not fit the int32 edge ids");
+  expect(src_t, op, "src", at::kInt, {-1});
+  expect(code_t, op, "code", at::kByte, {num_edges});
+  expect_offsets(ptr_t, num_nodes, num_edges, op, "ptr");
+  expect_indices<int32_t>(src_t, num_nodes, op, "src");
+
+  Tensor source_ptr_t = at::zeros({num_nodes + 1}, at::kLong);
+  Tensor source_edge_t = at::empty({num_edges}, at::kInt), source_dst_t = at::empty({num_edges}, at::kInt);
+  Tensor source_code_t = at::empty({num_edges}, at::kByte);
+  const int64_t* ptr = ptr_t.data_ptr<int64_t>();
+  const int32_t* src = src_t.data_ptr<int32_t>();
+  const uint8_t* code = code_t.data_ptr<uint8_t>();
+  int64_t* source_ptr = source_ptr_t.data_ptr<int64_t>();
+  int32_t *source_edge = source_edge_t.data_ptr<int32_t>(), *source_dst = source_dst_t.data_ptr<int32_t>();
+  uint8_t* source_code = source_code_t.data_ptr<uint8_t>();
+  for (int64_t e = 0; e < num_edges; e++) source_ptr[src[e] + 1]++;
+  for (int64_t j = 0; j < num_nodes; j++) source_ptr[j + 1] += source_ptr[j];
+  std::vector<int64_t> next(source_ptr, source_ptr + num_nodes);
+  for (int64_t i = 0; i < num_nodes; i++) {
+    for (int64_t e = ptr[i]; e < ptr[i + 1]; e++) {
+      const int64_t k = next[src[e]]++;
+      source_edge[k] = static_cast<int32_t>(e);
+      source_dst[k] = static_cast<int32_t>(i);
+      source_code[k] = code[e];
+    }
+  }
+  return {source_ptr_t, source_edge_t, source_dst_t, source_code_t};
+}
+
+// The checks shared by the edge attention's forward and backward passes.
+void expect_edge_graph(const char* op, const Tensor& query, const Tensor& key_value, const Tensor& edge_scale,
+                       const Tensor& ptr, const Tensor& src, const Tensor& code) {
+  expect_float(query, op, "query");
+  const auto dtype = query.scalar_type();
+  TORCH_CHECK_VALUE(query.dim() == 2 && query.size(1) > 0, "sgt::", op, ": query must be [N, d] with d > 0, found ",
+                    query.sizes());
+  const int64_t num_nodes = query.size(0), width = query.size(1);
+  expect(query, op, "query", dtype, {num_nodes, width});
+  expect(key_value, op, "key_value", dtype, {num_nodes, 2 * width});
+  expect(edge_scale, op, "edge_scale", dtype, {-1, width});
+  expect(src, op, "src", at::kInt, {-1});
+  expect(code, op, "code", at::kByte, {src.numel()});
+  expect_offsets(ptr, num_nodes, src.numel(), op, "ptr");
+  expect_indices<int32_t>(src, num_nodes, op, "src");
+  expect_indices<uint8_t>(code, edge_scale.size(0), op, "code");
+}
+
+template <typename scalar_t>
+void edge_forward_kernel(int64_t num_nodes, int64_t d, const scalar_t* query, const scalar_t* key_value,
+                         const scalar_t* edge_scale, const scalar_t* edge_bias, const int64_t* ptr,
+                         const int32_t* src, const uint8_t* code, scalar_t temperature, scalar_t clip,
+                         scalar_t* out, scalar_t* scores, bool* inside) {
+  const scalar_t scale = scalar_t(1) / std::sqrt(static_cast<scalar_t>(d));
+  const int64_t num_edges = ptr[num_nodes];
+  parallel_dynamic(num_nodes, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i++) {
+      const scalar_t* q = query + i * d;
+      scalar_t* o = out + i * d;
+      scalar_t total = 0;
+      for (int64_t e = ptr[i]; e < ptr[i + 1]; e++) {
+        if (e + PREFETCH_EDGES < num_edges) {
+          __builtin_prefetch(key_value + static_cast<int64_t>(src[e + PREFETCH_EDGES]) * 2 * d);
+        }
+        const scalar_t *k = key_value + static_cast<int64_t>(src[e]) * 2 * d, *es = edge_scale + code[e] * d;
+        scalar_t raw = 0;
+#pragma omp simd reduction(+ : raw)
+        for (int64_t t = 0; t < d; t++) raw += q[t] * k[t] * es[t];
+        scalar_t z = (raw * scale + edge_bias[code[e]]) / temperature;
+        inside[e] = std::fabs(z) < clip;
+        z = std::fmin(std::fmax(z, -clip), clip);  // |z| <= clip <= 30: exp cannot overflow, no max needed
+        const scalar_t w = std::exp(z);
+        scores[e] = w;
+        total += w;
+      }
+      for (int64_t t = 0; t < d; t++) o[t] = 0;
+      const scalar_t inv_total = total > 0 ? scalar_t(1) / total : scalar_t(0);
+      for (int64_t e = ptr[i]; e < ptr[i + 1]; e++) {
+        const scalar_t a = scores[e] * inv_total;
+        const scalar_t* v = key_value + static_cast<int64_t>(src[e]) * 2 * d + d;  // the key's cache line
+        scores[e] = a;
+#pragma omp simd
+        for (int64_t t = 0; t < d; t++) o[t] += a * v[t];
+      }
+    }
+  });
+}
+
+std::tuple<Tensor, Tensor, Tensor> edge_attention(const Tensor& query, const Tensor& key_value,
+                                                  const Tensor& edge_scale, const Tensor& edge_bias,
+                                                  const Tensor& ptr, const Tensor& src, const Tensor& code,
+                                                  const Tensor& source_ptr, const Tensor& source_edge,
+                                                  const Tensor& source_dst, const Tensor& source_code,
+                                                  double temperature, double clip) {
+  const char* op = "edge_attention";
+  expect_edge_graph(op, query, key_value, edge_scale, ptr, src, code);
+  expect(edge_bias, op, "edge_bias", query.scalar_type(), {edge_scale.size(0)});
+  const int64_t num_nodes = query.size(0), width = query.size(1), num_edges = src.numel();
+  Tensor out = at::empty_like(query), scores = at::empty({num_edges}, query.options());
+  Tensor inside = at::empty({num_edges}, query.options().dtype(at::kBool));
+  AT_DISPATCH_FLOATING_TYPES(query.scalar_type(), "edge_attention", [&] {
+    edge_forward_kernel<scalar_t>(
+        num_nodes, width, query.data_ptr<scalar_t>(), key_value.data_ptr<scalar_t>(),
+        edge_scale.data_ptr<scalar_t>(), edge_bias.data_ptr<scalar_t>(), ptr.data_ptr<int64_t>(),
+        src.data_ptr<int32_t>(), code.data_ptr<uint8_t>(), static_cast<scalar_t>(temperature),
+        static_cast<scalar_t>(clip), out.data_ptr<scalar_t>(), scores.data_ptr<scalar_t>(), inside.data_ptr<bool>());
+  });
+  return {out, scores, inside};
+}
+
+// query_grad rows are [Q_i | dL/d out_i]; grad_scores may be null (the scores output took no gradient).
+// edge_terms is scratch of 2 E values, (d loss / d raw logit, score) per edge: written in order, gathered
+// (with prefetching) by the sweep over sources; gathering is cheaper than scattering, which reads each
+// line before writing it.
+template <typename scalar_t>
+void edge_backward_kernel(int64_t num_nodes, int64_t d, int64_t num_codes, const scalar_t* query_grad,
+                          const scalar_t* key_value, const scalar_t* edge_scale, const int64_t* ptr,
+                          const int32_t* src, const uint8_t* code, const int32_t* source_edge,
+                          const int64_t* source_ptr, const int32_t* source_dst, const uint8_t* source_code,
+                          const scalar_t* scores, const bool* inside, scalar_t temperature,
+                          const scalar_t* grad_scores, scalar_t* grad_query, scalar_t* grad_key_value,
+                          scalar_t* grad_edge_scale, scalar_t* grad_edge_bias, scalar_t* edge_terms) {
+  const scalar_t scale = scalar_t(1) / std::sqrt(static_cast<scalar_t>(d));
+  const int64_t num_edges = ptr[num_nodes];
+  const int64_t blocks = (num_nodes + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+  const int64_t table = num_codes * (d + 1);  // E rows, then B
+  Tensor partial_t = at::zeros({std::max<int64_t>(blocks, 1), table}, c10::CppTypeToScalarType<scalar_t>::value);
+  scalar_t* partial = partial_t.data_ptr<scalar_t>();
+
+  // Sweep 1, over destinations: d loss / d logit per edge, then queries and edge-type terms.
+  parallel_dynamic(blocks, 1, [&](int64_t block_begin, int64_t block_end) {
+    for (int64_t b = block_begin; b < block_end; b++) {
+      scalar_t *part_scale = partial + b * table, *part_bias = part_scale + num_codes * d;
+      const int64_t end = std::min((b + 1) * ROWS_PER_BLOCK, num_nodes);
+      for (int64_t i = b * ROWS_PER_BLOCK; i < end; i++) {
+        const scalar_t *q = query_grad + i * 2 * d, *go = q + d;
+        scalar_t* gq = grad_query + i * d;
+        // softmax backward: expected = sum_e a_e g_e, with g_e = d loss / d a_e; g_e waits in the first
+        // slot of the edge's pair
+        scalar_t expected = 0;
+        for (int64_t e = ptr[i]; e < ptr[i + 1]; e++) {
+          if (e + PREFETCH_EDGES < num_edges) {
+            __builtin_prefetch(key_value + static_cast<int64_t>(src[e + PREFETCH_EDGES]) * 2 * d);
+          }
+          const scalar_t* v = key_value + static_cast<int64_t>(src[e]) * 2 * d + d;
+          scalar_t g = grad_scores ? grad_scores[e] : scalar_t(0);
+#pragma omp simd reduction(+ : g)
+          for (int64_t t = 0; t < d; t++) g += go[t] * v[t];
+          edge_terms[2 * e] = g;
+          expected += scores[e] * g;
+        }
+        for (int64_t t = 0; t < d; t++) gq[t] = 0;
+        for (int64_t e = ptr[i]; e < ptr[i + 1]; e++) {
+          scalar_t* terms = edge_terms + 2 * e;
+          // gradient of the bias term B_c; the clip passes none outside (-clip, clip)
+          const scalar_t g_bias = inside[e] ? scores[e] * (terms[0] - expected) / temperature : scalar_t(0);
+          const scalar_t g_raw = g_bias * scale;
+          terms[0] = g_raw;
+          terms[1] = scores[e];
+          const scalar_t *k = key_value + static_cast<int64_t>(src[e]) * 2 * d, *es = edge_scale + code[e] * d;
+          scalar_t* ps = part_scale + code[e] * d;
+#pragma omp simd
+          for (int64_t t = 0; t < d; t++) {
+            gq[t] += g_raw * k[t] * es[t];
+            ps[t] += g_raw * q[t] * k[t];
+          }
+          part_bias[code[e]] += g_bias;
+        }
+      }
+    }
+  });
+  std::vector<scalar_t> totals(table);
+  sum_blocks(partial, blocks, table, totals.data());
+  std::copy(totals.begin(), totals.begin() + num_codes * d, grad_edge_scale);
+  std::copy(totals.begin() + num_codes * d, totals.end(), grad_edge_bias);
+
+  // Sweep 2, over sources: keys and values gather from the edges leaving them, whose terms are in order;
+  // the one random access per edge is the destination's [Q_i | dL/d out_i] row.
+  parallel_dynamic(num_nodes, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t j = begin; j < end; j++) {
+      scalar_t *gk = grad_key_value + j * 2 * d, *gv = gk + d;
+      for (int64_t t = 0; t < 2 * d; t++) gk[t] = 0;
+      for (int64_t k = source_ptr[j]; k < source_ptr[j + 1]; k++) {
+        if (k + PREFETCH_EDGES < num_edges) {
+          __builtin_prefetch(query_grad + static_cast<int64_t>(source_dst[k + PREFETCH_EDGES]) * 2 * d);
+          __builtin_prefetch(edge_terms + 2 * static_cast<int64_t>(source_edge[k + PREFETCH_EDGES]));
+        }
+        const scalar_t* terms = edge_terms + 2 * static_cast<int64_t>(source_edge[k]);
+        const scalar_t g_raw = terms[0], a = terms[1];
+        const scalar_t *q = query_grad + static_cast<int64_t>(source_dst[k]) * 2 * d, *go = q + d;
+        const scalar_t* es = edge_scale + source_code[k] * d;
+#pragma omp simd
+        for (int64_t t = 0; t < d; t++) {
+          gk[t] += g_raw * q[t] * es[t];
+          gv[t] += a * go[t];
+        }
+      }
+    }
+  });
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor> edge_attention_backward(
+    const Tensor& grad_out, const std::optional<Tensor>& grad_scores, const Tensor& query, const Tensor& key_value,
+    const Tensor& edge_scale, const Tensor& scores, const Tensor& inside, const Tensor& ptr, const Tensor& src,
+    const Tensor& code, const Tensor& source_ptr, const Tensor& source_edge, const Tensor& source_dst,
+    const Tensor& source_code, double temperature) {
+  const char* op = "edge_attention_backward";
+  expect_edge_graph(op, query, key_value, edge_scale, ptr, src, code);
+  const auto dtype = query.scalar_type();
+  const int64_t num_nodes = query.size(0), width = query.size(1), num_edges = src.numel();
+  const int64_t num_codes = edge_scale.size(0);
+  expect(grad_out, op, "grad_out", dtype, {num_nodes, width});
+  if (grad_scores.has_value()) expect(*grad_scores, op, "grad_scores", dtype, {num_edges});
+  expect(scores, op, "scores", dtype, {num_edges});
+  expect(inside, op, "inside", at::kBool, {num_edges});
+  expect(source_edge, op, "source_edge", at::kInt, {num_edges});
+  expect(source_dst, op, "source_dst", at::kInt, {num_edges});
+  expect(source_code, op, "source_code", at::kByte, {num_edges});
+  expect_offsets(source_ptr, num_nodes, num_edges, op, "source_ptr");
+  expect_indices<int32_t>(source_edge, num_edges, op, "source_edge");
+  expect_indices<int32_t>(source_dst, num_nodes, op, "source_dst");
+  expect_indices<uint8_t>(source_code, num_codes, op, "source_code");
+
+  Tensor query_grad = at::cat({query, grad_out}, 1);  // [N, 2d]: what each edge's destination gives
+  Tensor grad_query = at::empty_like(query), grad_key_value = at::empty_like(key_value);
+  Tensor grad_edge_scale = at::empty_like(edge_scale), grad_edge_bias = at::empty({num_codes}, query.options());
+  Tensor edge_terms = at::empty({2 * num_edges}, query.options());  // scratch
+  AT_DISPATCH_FLOATING_TYPES(dtype, "edge_attention_backward", [&] {
+    edge_backward_kernel<scalar_t>(
+        num_nodes, width, num_codes, query_grad.data_ptr<scalar_t>(), key_value.data_ptr<scalar_t>(),
+        edge_scale.data_ptr<scalar_t>(), ptr.data_ptr<int64_t>(), src.data_ptr<int32_t>(),
+        code.data_ptr<uint8_t>(), source_edge.data_ptr<int32_t>(), source_ptr.data_ptr<int64_t>(),
+        source_dst.data_ptr<int32_t>(), source_code.data_ptr<uint8_t>(), scores.data_ptr<scalar_t>(),
+        inside.data_ptr<bool>(), static_cast<scalar_t>(temperature),
+        grad_scores.has_value() ? grad_scores->data_ptr<scalar_t>() : nullptr, grad_query.data_ptr<scalar_t>(),
+        grad_key_value.data_ptr<scalar_t>(), grad_edge_scale.data_ptr<scalar_t>(),
+        grad_edge_bias.data_ptr<scalar_t>(), edge_terms.data_ptr<scalar_t>());
+  });
+  return {grad_query, grad_key_value, grad_edge_scale, grad_edge_bias};
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Slot attention (the wide network). Query row i attends over its `deg` slots m (key row n = nb[i, m],
+// code c, mask); per head h with head width dh:
+//   z = (E_c^h * K_n^h) . Q_i^h / sqrt(dh) + B_c^h,  a = softmax over i's unmasked slots (0 on masked),
+//   out_i^h = sum_m a V_n^h.
+// key_value rows are [K | V], 2D wide. A row with no unmasked slot gets zeros.
+// ---------------------------------------------------------------------------------------------------
+
+void expect_slots(const char* op, const Tensor& query, const Tensor& key_value, const Tensor& edge_scale,
+                  const Tensor& neighbours, const Tensor& code, int64_t heads) {
+  expect_float(query, op, "query");
+  const auto dtype = query.scalar_type();
+  TORCH_CHECK_VALUE(query.dim() == 2, "sgt::", op, ": query must be [Q, D], found ", query.sizes());
+  TORCH_CHECK_VALUE(heads > 0 && query.size(1) % heads == 0, "sgt::", op, ": the width ", query.size(1),
+                    " must divide into ", heads, " heads");
+  TORCH_CHECK_VALUE(neighbours.dim() == 2, "sgt::", op, ": neighbours must be [Q, deg], found ",
+                    neighbours.sizes());
+  const int64_t num_queries = query.size(0), hidden = query.size(1), degree = neighbours.size(1);
+  expect(query, op, "query", dtype, {num_queries, hidden});
+  expect(key_value, op, "key_value", dtype, {-1, 2 * hidden});
+  expect(edge_scale, op, "edge_scale", dtype, {-1, hidden});
+  expect(neighbours, op, "neighbours", at::kLong, {num_queries, degree});
+  expect(code, op, "code", at::kLong, {num_queries, degree});
+  expect_indices<int64_t>(neighbours, key_value.size(0), op, "neighbours");
+  expect_indices<int64_t>(code, edge_scale.size(0), op, "code");
+}
+
+template <typename scalar_t>
+void slot_forward_kernel(int64_t num_queries, int64_t deg, int64_t hidden, int64_t heads, const scalar_t* query,
+                         const scalar_t* key_value, const scalar_t* edge_scale, const scalar_t* edge_bias,
+                         const int64_t* neighbours, const int64_t* code, const bool* mask, scalar_t* out,
+                         scalar_t* attention) {
+  const int64_t dh = hidden / heads;
+  const scalar_t scale = scalar_t(1) / std::sqrt(static_cast<scalar_t>(dh));
+  parallel_dynamic(num_queries, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i++) {
+      const scalar_t* q = query + i * hidden;
+      scalar_t *a = attention + i * deg * heads, *o = out + i * hidden;
+      for (int64_t h = 0; h < heads; h++) {
+        scalar_t largest = -std::numeric_limits<scalar_t>::infinity();
+        for (int64_t m = 0; m < deg; m++) {
+          const int64_t slot = i * deg + m;
+          if (!mask[slot]) continue;
+          const scalar_t* k = key_value + neighbours[slot] * 2 * hidden + h * dh;
+          const scalar_t* es = edge_scale + code[slot] * hidden + h * dh;
+          const scalar_t* qh = q + h * dh;
+          scalar_t raw = 0;
+#pragma omp simd reduction(+ : raw)
+          for (int64_t t = 0; t < dh; t++) raw += qh[t] * k[t] * es[t];
+          const scalar_t z = raw * scale + edge_bias[code[slot] * heads + h];
+          a[m * heads + h] = z;
+          if (z > largest) largest = z;
+        }
+        scalar_t total = 0;
+        for (int64_t m = 0; m < deg; m++) {
+          const scalar_t w = mask[i * deg + m] ? std::exp(a[m * heads + h] - largest) : scalar_t(0);
+          a[m * heads + h] = w;
+          total += w;
+        }
+        const scalar_t inv_total = total > 0 ? scalar_t(1) / total : scalar_t(0);
+        scalar_t* oh = o + h * dh;
+        for (int64_t t = 0; t < dh; t++) oh[t] = 0;
+        for (int64_t m = 0; m < deg; m++) {
+          const int64_t slot = i * deg + m;
+          const scalar_t w = a[m * heads + h] * inv_total;
+          a[m * heads + h] = w;
+          if (w == 0) continue;
+          const scalar_t* v = key_value + neighbours[slot] * 2 * hidden + hidden + h * dh;
+#pragma omp simd
+          for (int64_t t = 0; t < dh; t++) oh[t] += w * v[t];
+        }
+      }
+    }
+  });
+}
+
+std::tuple<Tensor, Tensor> slot_attention(const Tensor& query, const Tensor& key_value, const Tensor& edge_scale,
+                                          const Tensor& edge_bias, const Tensor& neighbours, const Tensor& code,
+                                          const Tensor& mask, int64_t heads) {
+  const char* op = "slot_attention";
+  expect_slots(op, query, key_value, edge_scale, neighbours, code, heads);
+  const int64_t num_queries = query.size(0), hidden = query.size(1), degree = neighbours.size(1);
+  expect(edge_bias, op, "edge_bias", query.scalar_type(), {edge_scale.size(0), heads});
+  expect(mask, op, "mask", at::kBool, {num_queries, degree});
+  Tensor out = at::empty_like(query), attention = at::empty({num_queries, degree, heads}, query.options());
+  AT_DISPATCH_FLOATING_TYPES(query.scalar_type(), "slot_attention", [&] {
+    slot_forward_kernel<scalar_t>(num_queries, degree, hidden, heads, query.data_ptr<scalar_t>(),
+                                  key_value.data_ptr<scalar_t>(), edge_scale.data_ptr<scalar_t>(),
+                                  edge_bias.data_ptr<scalar_t>(), neighbours.data_ptr<int64_t>(),
+                                  code.data_ptr<int64_t>(), mask.data_ptr<bool>(), out.data_ptr<scalar_t>(),
+                                  attention.data_ptr<scalar_t>());
+  });
+  return {out, attention};
+}
+
+// by_key_ptr / by_key_order group the Q * deg slots by key row; slot_grad is scratch of Q * deg * H values.
+template <typename scalar_t>
+void slot_backward_kernel(int64_t num_queries, int64_t num_keys, int64_t deg, int64_t hidden, int64_t heads,
+                          int64_t num_codes, const scalar_t* query, const scalar_t* key_value,
+                          const scalar_t* edge_scale, const int64_t* neighbours, const int64_t* code,
+                          const int64_t* by_key_ptr, const int64_t* by_key_order, const scalar_t* attention,
+                          const scalar_t* grad_out, scalar_t* grad_query, scalar_t* grad_key_value,
+                          scalar_t* grad_edge_scale, scalar_t* grad_edge_bias, scalar_t* slot_grad) {
+  const int64_t dh = hidden / heads;
+  const scalar_t scale = scalar_t(1) / std::sqrt(static_cast<scalar_t>(dh));
+  const int64_t blocks = (num_queries + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+  const int64_t table = num_codes * (hidden + heads);  // E rows, then B rows
+  Tensor partial_t = at::zeros({std::max<int64_t>(blocks, 1), table}, c10::CppTypeToScalarType<scalar_t>::value);
+  scalar_t* partial = partial_t.data_ptr<scalar_t>();
+
+  // Sweep 1, over query rows: d loss / d logit per slot and head, then queries and edge-type terms.
+  parallel_dynamic(blocks, 1, [&](int64_t block_begin, int64_t block_end) {
+    for (int64_t b = block_begin; b < block_end; b++) {
+      scalar_t *part_scale = partial + b * table, *part_bias = part_scale + num_codes * hidden;
+      const int64_t end = std::min((b + 1) * ROWS_PER_BLOCK, num_queries);
+      for (int64_t i = b * ROWS_PER_BLOCK; i < end; i++) {
+        const scalar_t *q = query + i * hidden, *go = grad_out + i * hidden;
+        const scalar_t* a = attention + i * deg * heads;
+        scalar_t *sg = slot_grad + i * deg * heads, *gq = grad_query + i * hidden;
+        for (int64_t t = 0; t < hidden; t++) gq[t] = 0;
+        for (int64_t h = 0; h < heads; h++) {
+          const scalar_t* goh = go + h * dh;
+          scalar_t expected = 0;
+          for (int64_t m = 0; m < deg; m++) {  // d loss / d weight, and the softmax's expectation
+            const scalar_t* v = key_value + neighbours[i * deg + m] * 2 * hidden + hidden + h * dh;
+            scalar_t g = 0;
+#pragma omp simd reduction(+ : g)
+            for (int64_t t = 0; t < dh; t++) g += goh[t] * v[t];
+            sg[m * heads + h] = g;
+            expected += a[m * heads + h] * g;
+          }
+          for (int64_t m = 0; m < deg; m++) {
+            const int64_t slot = i * deg + m;
+            const scalar_t w = a[m * heads + h];
+            const scalar_t g_logit = w * (sg[m * heads + h] - expected);  // masked slots: w = 0
+            const scalar_t g_raw = g_logit * scale;
+            sg[m * heads + h] = g_raw;
+            if (w == 0) continue;
+            const scalar_t* k = key_value + neighbours[slot] * 2 * hidden + h * dh;
+            const scalar_t* es = edge_scale + code[slot] * hidden + h * dh;
+            const scalar_t* qh = q + h * dh;
+            scalar_t *gqh = gq + h * dh, *ps = part_scale + code[slot] * hidden + h * dh;
+#pragma omp simd
+            for (int64_t t = 0; t < dh; t++) {
+              gqh[t] += g_raw * k[t] * es[t];
+              ps[t] += g_raw * qh[t] * k[t];
+            }
+            part_bias[code[slot] * heads + h] += g_logit;
+          }
+        }
+      }
+    }
+  });
+  std::vector<scalar_t> totals(table);
+  sum_blocks(partial, blocks, table, totals.data());
+  std::copy(totals.begin(), totals.begin() + num_codes * hidden, grad_edge_scale);
+  std::copy(totals.begin() + num_codes * hidden, totals.end(), grad_edge_bias);
+
+  // Sweep 2, over key rows: keys and values gather from the slots that point at them.
+  parallel_dynamic(num_keys, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t j = begin; j < end; j++) {
+      scalar_t *gk = grad_key_value + j * 2 * hidden, *gv = gk + hidden;
+      for (int64_t t = 0; t < 2 * hidden; t++) gk[t] = 0;
+      for (int64_t idx = by_key_ptr[j]; idx < by_key_ptr[j + 1]; idx++) {
+        const int64_t slot = by_key_order[idx], i = slot / deg;
+        const scalar_t *q = query + i * hidden, *go = grad_out + i * hidden;
+        const scalar_t* es = edge_scale + code[slot] * hidden;
+        for (int64_t h = 0; h < heads; h++) {
+          const scalar_t w = attention[slot * heads + h], g_raw = slot_grad[slot * heads + h];
+          if (w == 0 && g_raw == 0) continue;
+#pragma omp simd
+          for (int64_t t = h * dh; t < (h + 1) * dh; t++) {
+            gk[t] += g_raw * q[t] * es[t];
+            gv[t] += w * go[t];
+          }
+        }
+      }
+    }
+  });
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor> slot_attention_backward(const Tensor& grad_out, const Tensor& query,
+                                                                   const Tensor& key_value, const Tensor& edge_scale,
+                                                                   const Tensor& neighbours, const Tensor& code,
+                                                                   const Tensor& attention, int64_t heads) {
+  const char* op = "slot_attention_backward";
+  expect_slots(op, query, key_value, edge_scale, neighbours, code, heads);
+  const int64_t num_queries = query.size(0), hidden = query.size(1), degree = neighbours.size(1);
+  const int64_t num_keys = key_value.size(0), num_codes = edge_scale.size(0);
+  expect(grad_out, op, "grad_out", query.scalar_type(), {num_queries, hidden});
+  expect(attention, op, "attention", query.scalar_type(), {num_queries, degree, heads});
+  // the slots grouped by key row, afresh per call: the sample changes every epoch (O(slots))
+  auto [by_key_ptr, by_key_order] = group_by(neighbours.data_ptr<int64_t>(), neighbours.numel(), num_keys);
+  Tensor grad_query = at::empty_like(query), grad_key_value = at::empty_like(key_value);
+  Tensor grad_edge_scale = at::empty_like(edge_scale), grad_edge_bias = at::empty({num_codes, heads}, query.options());
+  Tensor slot_grad = at::empty_like(attention);  // scratch: d loss / d logit per slot and head
+  AT_DISPATCH_FLOATING_TYPES(query.scalar_type(), "slot_attention_backward", [&] {
+    slot_backward_kernel<scalar_t>(
+        num_queries, num_keys, degree, hidden, heads, num_codes, query.data_ptr<scalar_t>(),
+        key_value.data_ptr<scalar_t>(), edge_scale.data_ptr<scalar_t>(), neighbours.data_ptr<int64_t>(),
+        code.data_ptr<int64_t>(), by_key_ptr.data_ptr<int64_t>(), by_key_order.data_ptr<int64_t>(),
+        attention.data_ptr<scalar_t>(), grad_out.data_ptr<scalar_t>(), grad_query.data_ptr<scalar_t>(),
+        grad_key_value.data_ptr<scalar_t>(), grad_edge_scale.data_ptr<scalar_t>(),
+        grad_edge_bias.data_ptr<scalar_t>(), slot_grad.data_ptr<scalar_t>());
+  });
+  return {grad_query, grad_key_value, grad_edge_scale, grad_edge_bias};
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Randomness: a counter-based generator. Draw number `counter` of a call seeded with `seed` is the
+// SplitMix64 finaliser of seed + golden-ratio * (counter + 1): independent of threads and order, so a
+// seed gives the same sample on any number of cores. The seed of each call comes from the caller's
+// torch.Generator, so runs stay reproducible from the configured seed.
+// ---------------------------------------------------------------------------------------------------
+
+inline uint64_t mix64(uint64_t seed, uint64_t counter) {
+  uint64_t z = seed + (counter + 1) * 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// Uniform in (0, 1), 53 random bits.
+inline double uniform01(uint64_t seed, uint64_t counter) {
+  return (static_cast<double>(mix64(seed, counter) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+// Sampling methods, as in sgt_core/sampling/reservoir.py.
+constexpr int64_t SAMPLE_RESERVOIR = 0, SAMPLE_UNIFORM = 1, SAMPLE_TOPK = 2;
+
+// Draws `degree` incoming edges per node without replacement (Efraimidis-Spirakis reservoir keys
+// log(u) / a, the largest `degree` win), or uniformly, or the highest-scored (ties at random). Nodes with
+// at most `degree` candidates keep all of them; unused slots get -1. The uniform draw of edge e is counter
+// e, so a node's sample does not depend on which other nodes are sampled with it. Returns [Q, degree].
+Tensor sample_neighbours(const Tensor& ptr_t, const Tensor& scores_t, const std::optional<Tensor>& nodes_t,
+                         int64_t degree, int64_t method, int64_t seed_value) {
+  const char* op = "sample_neighbours";
+  TORCH_CHECK_VALUE(degree >= 0, "sgt::", op, ": degree must be >= 0, found ", degree);
+  TORCH_CHECK_VALUE(SAMPLE_RESERVOIR <= method && method <= SAMPLE_TOPK, "sgt::", op,
+                    ": method must be 0 (reservoir), 1 (uniform) or 2 (topk), found ", method);
+  expect(scores_t, op, "scores", at::kFloat, {-1});
+  TORCH_CHECK_VALUE(ptr_t.dim() == 1 && ptr_t.numel() > 0, "sgt::", op, ": ptr must be [N + 1], found ",
+                    ptr_t.sizes());
+  const int64_t num_nodes = ptr_t.numel() - 1;
+  expect(ptr_t, op, "ptr", at::kLong, {num_nodes + 1});
+  const int64_t* ptr = ptr_t.data_ptr<int64_t>();
+  bool rising = ptr[0] == 0 && ptr[num_nodes] <= scores_t.numel();
+  for (int64_t k = 0; rising && k < num_nodes; k++) rising = ptr[k] <= ptr[k + 1];
+  TORCH_CHECK_VALUE(rising, "sgt::", op, ": ptr must rise from 0 to at most the ", scores_t.numel(),
+                    " scores, found ", ptr[0], " .. ", ptr[num_nodes]);
+  const int64_t* nodes = nullptr;
+  int64_t num_queries = num_nodes;
+  if (nodes_t.has_value()) {
+    expect(*nodes_t, op, "nodes", at::kLong, {-1});
+    expect_indices<int64_t>(*nodes_t, num_nodes, op, "nodes");
+    nodes = nodes_t->data_ptr<int64_t>();
+    num_queries = nodes_t->numel();
+  }
+  const float* scores = scores_t.data_ptr<float>();
+  const uint64_t seed = static_cast<uint64_t>(seed_value);
+  Tensor edges_t = at::empty({num_queries, degree}, at::kLong);
+  int64_t* edges = edges_t.data_ptr<int64_t>();
+  parallel_dynamic(num_queries, 64, [&](int64_t begin, int64_t end) {
+    std::vector<double> best_key(std::max<int64_t>(degree, 1));
+    for (int64_t q = begin; q < end; q++) {
+      const int64_t node = nodes ? nodes[q] : q, start = ptr[node], count = ptr[node + 1] - start;
+      int64_t* out = edges + q * degree;
+      if (count <= degree) {
+        for (int64_t m = 0; m < degree; m++) out[m] = m < count ? start + m : -1;
+        continue;
+      }
+      // keep the `degree` largest keys, sorted descending, by insertion
+      int64_t kept = 0;
+      for (int64_t e = start; e < start + count; e++) {
+        const double u = uniform01(seed, static_cast<uint64_t>(e));
+        double key;
+        if (method == SAMPLE_UNIFORM) {
+          key = u;
+        } else if (method == SAMPLE_TOPK) {
+          key = static_cast<double>(scores[e]) + u * 1e-12;
+        } else {  // zero weight: drawn last
+          key = scores[e] > 0.0f ? std::log(u) / static_cast<double>(scores[e])
+                                 : -std::numeric_limits<double>::infinity();
+        }
+        if (kept == degree && !(key > best_key[kept - 1])) continue;
+        int64_t m = kept < degree ? kept++ : degree - 1;
+        while (m > 0 && best_key[m - 1] < key) {
+          best_key[m] = best_key[m - 1];
+          out[m] = out[m - 1];
+          m--;
+        }
+        best_key[m] = key;
+        out[m] = e;
+      }
+    }
+  });
+  return edges_t;
+}
+
+// Dropout's keep mask: element i is kept (true) with probability 1 - p.
+Tensor dropout_mask(at::IntArrayRef shape, double p, int64_t seed_value) {
+  TORCH_CHECK_VALUE(0.0 <= p && p < 1.0, "sgt::dropout_mask: p must be in [0, 1), found ", p);
+  Tensor keep_t = at::empty(shape, at::kBool);
+  bool* keep = keep_t.data_ptr<bool>();
+  const uint64_t seed = static_cast<uint64_t>(seed_value);
+  at::parallel_for(0, keep_t.numel(), 1 << 14, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i++) keep[i] = uniform01(seed, static_cast<uint64_t>(i)) >= p;
+  });
+  return keep_t;
+}
+
+}  // namespace
+
+// The schemas: library.py reads these `m.def` lines to define the same operators where this file cannot
+// be built, so keep each on one line.
+TORCH_LIBRARY(sgt, m) {
+  m.def("edges_by_source(Tensor ptr, Tensor src, Tensor code) -> (Tensor, Tensor, Tensor, Tensor)");
+  m.def("edge_attention(Tensor query, Tensor key_value, Tensor edge_scale, Tensor edge_bias, Tensor ptr, Tensor src, Tensor code, Tensor source_ptr, Tensor source_edge, Tensor source_dst, Tensor source_code, float temperature, float clip) -> (Tensor, Tensor, Tensor)");
+  m.def("edge_attention_backward(Tensor grad_out, Tensor? grad_scores, Tensor query, Tensor key_value, Tensor edge_scale, Tensor scores, Tensor inside, Tensor ptr, Tensor src, Tensor code, Tensor source_ptr, Tensor source_edge, Tensor source_dst, Tensor source_code, float temperature) -> (Tensor, Tensor, Tensor, Tensor)");
+  m.def("slot_attention(Tensor query, Tensor key_value, Tensor edge_scale, Tensor edge_bias, Tensor neighbours, Tensor code, Tensor mask, int heads) -> (Tensor, Tensor)");
+  m.def("slot_attention_backward(Tensor grad_out, Tensor query, Tensor key_value, Tensor edge_scale, Tensor neighbours, Tensor code, Tensor attention, int heads) -> (Tensor, Tensor, Tensor, Tensor)");
+  m.def("projected_slot_attention(Tensor query_x, Tensor key_x, Tensor query_weight, Tensor query_bias, Tensor kv_weight, Tensor kv_bias, Tensor edge_scale, Tensor edge_bias, Tensor neighbours, Tensor code, Tensor mask, int heads) -> (Tensor, Tensor)");
+  m.def("sample_neighbours(Tensor ptr, Tensor scores, Tensor? nodes, int degree, int method, int seed) -> Tensor");
+  m.def("dropout_mask(int[] shape, float p, int seed) -> Tensor");
+}
+
+// projected_slot_attention has one implementation for every device, in Python (the projections, then
+// slot_attention); the others have their torch implementations registered there for other devices.
+TORCH_LIBRARY_IMPL(sgt, CPU, m) {
+  m.impl("edges_by_source", &edges_by_source);
+  m.impl("edge_attention", &edge_attention);
+  m.impl("edge_attention_backward", &edge_attention_backward);
+  m.impl("slot_attention", &slot_attention);
+  m.impl("slot_attention_backward", &slot_attention_backward);
+  m.impl("sample_neighbours", &sample_neighbours);
+}
+
+// dropout_mask takes no tensor to dispatch on; it always makes a CPU mask.
+TORCH_LIBRARY_IMPL(sgt, CompositeExplicitAutograd, m) { m.impl("dropout_mask", &dropout_mask); }

@@ -1,0 +1,56 @@
+"""One layer's attention pattern: the data contract between the neighbour samplers and the wide network.
+
+`sgt_core.sampling` produces these (a `SampledLayer` per layer of a batch, or one `FullLayer` for the
+whole graph) and `sgt_core.models.Spexphormer` consumes them; neither package imports the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+__all__ = ["FullLayer", "SampledLayer"]
+
+
+@dataclass(frozen=True)
+class SampledLayer:
+    """The attention pattern of one layer, in the local row numbering of that layer's input.
+
+    Attributes:
+        queries: int64 [Q] rows of the layer input whose representation this layer updates; the layer
+            output has Q rows, in this order (and is the next layer's input).
+        neighbours: int64 [Q, deg] rows of the layer input each query attends to.
+        neighbour_type: int64 [Q, deg] edge type of each sampled edge.
+        neighbour_mask: bool [Q, deg] False for padding slots.
+        neighbour_spd: int64 [Q, deg] SPD bucket of each sampled edge (0: none), or None when the graph
+            has no SPD encoding.
+    """
+
+    queries: Tensor
+    neighbours: Tensor
+    neighbour_type: Tensor
+    neighbour_mask: Tensor
+    neighbour_spd: Tensor | None = None
+
+    def to(self, device) -> SampledLayer:
+        spd = self.neighbour_spd.to(device) if self.neighbour_spd is not None else None
+        tensors = (self.queries, self.neighbours, self.neighbour_type, self.neighbour_mask)
+        return SampledLayer(*(t.to(device) for t in tensors), neighbour_spd=spd)
+
+
+@dataclass(frozen=True)
+class FullLayer:
+    """The whole interaction graph as one layer's pattern (the Exphormer-style baseline, no sampling).
+
+    Attributes:
+        edge_index: int64 [2, E] (src, dst) sorted by dst.
+        edge_type: int64 [E].
+        in_degree: int64 [N] incoming edges per node.
+        edge_spd: int64 [E] SPD bucket of each edge, or None.
+    """
+
+    edge_index: Tensor
+    edge_type: Tensor
+    in_degree: Tensor
+    edge_spd: Tensor | None = None
