@@ -5,7 +5,8 @@
 // The operator schemas are the `m.def` lines of TORCH_LIBRARY below; sgt_core/kernels/library.py builds
 // this file with torch.utils.cpp_extension and, where it cannot be built, defines the same schemas from
 // these lines so that the torch implementations (sgt_core/models/fused_{edge,slot}_attention.py, also
-// the CUDA path) answer the same operator names. Autograd is registered there too.
+// the CUDA path) answer the same operator names. Autograd is registered below (and there, for the
+// operators defined without this file).
 //
 // Each forward pass makes one sweep over the destinations (query rows) with every per-edge value in
 // registers, so nothing of size E x d is ever materialised. Each backward pass makes two sweeps: one over
@@ -21,6 +22,7 @@
 // a wrong tensor raises ValueError, an index outside its table IndexError, both naming the argument.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -89,8 +91,13 @@ void expect_indices(const Tensor& t, int64_t bound, const char* op, const char* 
   const unsigned_t below = static_cast<unsigned_t>(limit);
   const index_t* values = t.data_ptr<index_t>();
   const int64_t count = t.numel();
-  unsigned_t bad = 0;
-  for (int64_t k = 0; k < count; k++) bad |= static_cast<unsigned_t>(static_cast<unsigned_t>(values[k]) >= below);
+  // In parallel: the wide network's slots are checked on every call (~1% of a Minesweeper epoch serially).
+  std::atomic<bool> bad{false};
+  at::parallel_for(0, count, 1 << 16, [&](int64_t begin, int64_t end) {
+    unsigned_t outside = 0;
+    for (int64_t k = begin; k < end; k++) outside |= static_cast<unsigned_t>(static_cast<unsigned_t>(values[k]) >= below);
+    if (outside) bad = true;
+  });
   if (!bad) return;
   for (int64_t k = 0; k < count; k++) {
     const int64_t v = static_cast<int64_t>(values[k]);
@@ -729,6 +736,163 @@ Tensor dropout_mask(at::IntArrayRef shape, double p, int64_t seed_value) {
   return keep_t;
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Autograd, for every device
+// ---------------------------------------------------------------------------------------------------
+// Registered here rather than through torch.library.register_autograd: that wrapper imports torch._dynamo
+// on its first call (1.3 s and ~70 MB in every stage process, measured on the Minesweeper train stage)
+// and adds a Python round trip per call. The backward passes reach the backward operators through the
+// dispatcher, so tensors on other devices get the torch implementations registered for them in Python.
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+template <typename Signature>
+c10::TypedOperatorHandle<Signature> operator_handle(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
+}
+
+using EdgeForward = std::tuple<Tensor, Tensor, Tensor>(
+    const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+    const Tensor&, const Tensor&, const Tensor&, const Tensor&, double, double);
+using EdgeBackward = std::tuple<Tensor, Tensor, Tensor, Tensor>(
+    const Tensor&, const std::optional<Tensor>&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+    const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+    const Tensor&, double);
+using SlotForward = std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                               const Tensor&, const Tensor&, const Tensor&, int64_t);
+using SlotBackward = std::tuple<Tensor, Tensor, Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&,
+                                                                const Tensor&, const Tensor&, const Tensor&,
+                                                                const Tensor&, int64_t);
+
+// Between the passes it keeps the scores and the clip mask (5 bytes per edge) besides the inputs.
+struct EdgeAttention : public torch::autograd::Function<EdgeAttention> {
+  static variable_list forward(AutogradContext* ctx, const Tensor& query, const Tensor& key_value,
+                               const Tensor& edge_scale, const Tensor& edge_bias, const Tensor& ptr,
+                               const Tensor& src, const Tensor& code, const Tensor& source_ptr,
+                               const Tensor& source_edge, const Tensor& source_dst, const Tensor& source_code,
+                               double temperature, double clip) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    static auto forward_op = operator_handle<EdgeForward>("sgt::edge_attention");
+    auto [out, scores, inside] = forward_op.call(query, key_value, edge_scale, edge_bias, ptr, src, code,
+                                                 source_ptr, source_edge, source_dst, source_code, temperature,
+                                                 clip);
+    ctx->save_for_backward({query, key_value, edge_scale, scores, inside, ptr, src, code, source_ptr,
+                            source_edge, source_dst, source_code});
+    ctx->saved_data["temperature"] = temperature;
+    ctx->mark_non_differentiable({inside});
+    ctx->set_materialize_grads(false);  // no [E] zeros when the scores take no gradient
+    return {out, scores, inside};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static auto backward_op = operator_handle<EdgeBackward>("sgt::edge_attention_backward");
+    const variable_list saved = ctx->get_saved_variables();
+    const Tensor grad_out = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(saved[0]);
+    const std::optional<Tensor> grad_scores =
+        grads[1].defined() ? std::optional<Tensor>(grads[1].contiguous()) : std::nullopt;
+    auto [grad_query, grad_key_value, grad_edge_scale, grad_edge_bias] = backward_op.call(
+        grad_out, grad_scores, saved[0], saved[1], saved[2], saved[3], saved[4], saved[5], saved[6], saved[7],
+        saved[8], saved[9], saved[10], saved[11], ctx->saved_data["temperature"].toDouble());
+    variable_list result(13);  // the graph, temperature and clip take none
+    result[0] = grad_query, result[1] = grad_key_value, result[2] = grad_edge_scale, result[3] = grad_edge_bias;
+    return result;
+  }
+};
+
+std::tuple<Tensor, Tensor, Tensor> edge_attention_autograd(
+    const Tensor& query, const Tensor& key_value, const Tensor& edge_scale, const Tensor& edge_bias,
+    const Tensor& ptr, const Tensor& src, const Tensor& code, const Tensor& source_ptr, const Tensor& source_edge,
+    const Tensor& source_dst, const Tensor& source_code, double temperature, double clip) {
+  auto outputs = EdgeAttention::apply(query, key_value, edge_scale, edge_bias, ptr, src, code, source_ptr,
+                                      source_edge, source_dst, source_code, temperature, clip);
+  return {outputs[0], outputs[1], outputs[2]};
+}
+
+// Between the passes it keeps the attention weights (H values per slot) besides the inputs.
+struct SlotAttention : public torch::autograd::Function<SlotAttention> {
+  static variable_list forward(AutogradContext* ctx, const Tensor& query, const Tensor& key_value,
+                               const Tensor& edge_scale, const Tensor& edge_bias, const Tensor& neighbours,
+                               const Tensor& code, const Tensor& mask, int64_t heads) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    static auto forward_op = operator_handle<SlotForward>("sgt::slot_attention");
+    auto [out, attention] = forward_op.call(query, key_value, edge_scale, edge_bias, neighbours, code, mask, heads);
+    ctx->save_for_backward({query, key_value, edge_scale, neighbours, code, attention});
+    ctx->saved_data["heads"] = heads;
+    ctx->mark_non_differentiable({attention});
+    return {out, attention};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static auto backward_op = operator_handle<SlotBackward>("sgt::slot_attention_backward");
+    const variable_list saved = ctx->get_saved_variables();
+    auto [grad_query, grad_key_value, grad_edge_scale, grad_edge_bias] =
+        backward_op.call(grads[0].contiguous(), saved[0], saved[1], saved[2], saved[3], saved[4], saved[5],
+                         ctx->saved_data["heads"].toInt());
+    return {grad_query, grad_key_value, grad_edge_scale, grad_edge_bias, Tensor(), Tensor(), Tensor(), Tensor()};
+  }
+};
+
+std::tuple<Tensor, Tensor> slot_attention_autograd(const Tensor& query, const Tensor& key_value,
+                                                   const Tensor& edge_scale, const Tensor& edge_bias,
+                                                   const Tensor& neighbours, const Tensor& code, const Tensor& mask,
+                                                   int64_t heads) {
+  auto outputs = SlotAttention::apply(query, key_value, edge_scale, edge_bias, neighbours, code, mask, heads);
+  return {outputs[0], outputs[1]};
+}
+
+// The two projections, then slot_attention: on every device.
+std::tuple<Tensor, Tensor> projected_slot_attention(const Tensor& query_x, const Tensor& key_x,
+                                                    const Tensor& query_weight, const Tensor& query_bias,
+                                                    const Tensor& kv_weight, const Tensor& kv_bias,
+                                                    const Tensor& edge_scale, const Tensor& edge_bias,
+                                                    const Tensor& neighbours, const Tensor& code, const Tensor& mask,
+                                                    int64_t heads) {
+  static auto slot_op = operator_handle<SlotForward>("sgt::slot_attention");
+  return slot_op.call(at::linear(query_x, query_weight, query_bias), at::linear(key_x, kv_weight, kv_bias),
+                      edge_scale, edge_bias, neighbours, code, mask, heads);
+}
+
+// Keeps the layer's inputs (which the caller keeps anyway) instead of the projected queries, keys and
+// values (3 x 4 bytes per row and hidden unit, 15 MB of the Minesweeper preset's saved activations): the
+// backward pass recomputes the two projections, two small matmuls.
+struct ProjectedSlotAttention : public torch::autograd::Function<ProjectedSlotAttention> {
+  static variable_list forward(AutogradContext* ctx, const Tensor& query_x, const Tensor& key_x,
+                               const Tensor& query_weight, const Tensor& query_bias, const Tensor& kv_weight,
+                               const Tensor& kv_bias, const Tensor& edge_scale, const Tensor& edge_bias,
+                               const Tensor& neighbours, const Tensor& code, const Tensor& mask, int64_t heads) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    auto [out, attention] = projected_slot_attention(query_x, key_x, query_weight, query_bias, kv_weight, kv_bias,
+                                                     edge_scale, edge_bias, neighbours, code, mask, heads);
+    ctx->save_for_backward(
+        {query_x, key_x, query_weight, query_bias, kv_weight, kv_bias, edge_scale, neighbours, code, attention});
+    ctx->saved_data["heads"] = heads;
+    ctx->mark_non_differentiable({attention});
+    return {out, attention};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static auto backward_op = operator_handle<SlotBackward>("sgt::slot_attention_backward");
+    const variable_list saved = ctx->get_saved_variables();
+    const Tensor &query_x = saved[0], &key_x = saved[1], &query_weight = saved[2], &kv_weight = saved[4];
+    auto [grad_query, grad_key_value, grad_edge_scale, grad_edge_bias] = backward_op.call(
+        grads[0].contiguous(), at::linear(query_x, query_weight, saved[3]), at::linear(key_x, kv_weight, saved[5]),
+        saved[6], saved[7], saved[8], saved[9], ctx->saved_data["heads"].toInt());
+    return {grad_query.mm(query_weight), grad_key_value.mm(kv_weight), grad_query.t().mm(query_x),
+            grad_query.sum(0), grad_key_value.t().mm(key_x), grad_key_value.sum(0), grad_edge_scale, grad_edge_bias,
+            Tensor(), Tensor(), Tensor(), Tensor()};
+  }
+};
+
+std::tuple<Tensor, Tensor> projected_slot_attention_autograd(
+    const Tensor& query_x, const Tensor& key_x, const Tensor& query_weight, const Tensor& query_bias,
+    const Tensor& kv_weight, const Tensor& kv_bias, const Tensor& edge_scale, const Tensor& edge_bias,
+    const Tensor& neighbours, const Tensor& code, const Tensor& mask, int64_t heads) {
+  auto outputs = ProjectedSlotAttention::apply(query_x, key_x, query_weight, query_bias, kv_weight, kv_bias,
+                                               edge_scale, edge_bias, neighbours, code, mask, heads);
+  return {outputs[0], outputs[1]};
+}
+
 }  // namespace
 
 // The schemas: library.py reads these `m.def` lines to define the same operators where this file cannot
@@ -744,8 +908,8 @@ TORCH_LIBRARY(sgt, m) {
   m.def("dropout_mask(int[] shape, float p, int seed) -> Tensor");
 }
 
-// projected_slot_attention has one implementation for every device, in Python (the projections, then
-// slot_attention); the others have their torch implementations registered there for other devices.
+// The CPU kernels; the torch implementations for other devices are registered in Python
+// (sgt_core/models/fused_{edge,slot}_attention.py).
 TORCH_LIBRARY_IMPL(sgt, CPU, m) {
   m.impl("edges_by_source", &edges_by_source);
   m.impl("edge_attention", &edge_attention);
@@ -755,5 +919,15 @@ TORCH_LIBRARY_IMPL(sgt, CPU, m) {
   m.impl("sample_neighbours", &sample_neighbours);
 }
 
-// dropout_mask takes no tensor to dispatch on; it always makes a CPU mask.
-TORCH_LIBRARY_IMPL(sgt, CompositeExplicitAutograd, m) { m.impl("dropout_mask", &dropout_mask); }
+// dropout_mask takes no tensor to dispatch on; it always makes a CPU mask. projected_slot_attention is
+// the projections and slot_attention on any device.
+TORCH_LIBRARY_IMPL(sgt, CompositeExplicitAutograd, m) {
+  m.impl("dropout_mask", &dropout_mask);
+  m.impl("projected_slot_attention", &projected_slot_attention);
+}
+
+TORCH_LIBRARY_IMPL(sgt, Autograd, m) {
+  m.impl("edge_attention", &edge_attention_autograd);
+  m.impl("slot_attention", &slot_attention_autograd);
+  m.impl("projected_slot_attention", &projected_slot_attention_autograd);
+}

@@ -138,6 +138,12 @@ def schemas(source: Path | None = None) -> list[str]:
     return re.findall(r'm\.def\("([^"]+)"\);', (source or SOURCE).read_text())
 
 
+def loaded() -> bool:
+    """Whether the C++ library is loaded into this process: its operators then carry their autograd and
+    `projected_slot_attention` for every device, and Python registers only the other devices' kernels."""
+    return _loaded is not None
+
+
 # The operators' Python side (their torch implementations and autograd), registered once per process.
 _fallback_library: torch.library.Library | None = None
 

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from sgt_core.kernels import operators
+from sgt_core.kernels.library import loaded
 
 # Edges per chunk. Every per-edge intermediate lives for one chunk only, so the transient memory is a
 # few [CHUNK_EDGES, d] tensors (~2 MB each at d = 8) whatever the graph's size, and a chunk's working
@@ -142,12 +143,13 @@ def _backward(ctx, grad_out, grad_scores, _grad_inside):
 @functools.cache
 def _operators():
     """`torch.ops.sgt` with the edge operators' torch implementations (every device but the compiled
-    CPU one) and their autograd registered."""
+    CPU one) registered, and their autograd where the C++ library (which has its own) is not loaded."""
     ops = operators()
     torch.library.register_kernel("sgt::edges_by_source", None, _edges_by_source_torch)
     torch.library.register_kernel("sgt::edge_attention", None, _edge_attention_torch)
     torch.library.register_kernel("sgt::edge_attention_backward", None, _edge_attention_backward_torch)
-    torch.library.register_autograd("sgt::edge_attention", _backward, setup_context=_setup_context)
+    if not loaded():  # the C++ library registers its own (attention.cpp, "Autograd")
+        torch.library.register_autograd("sgt::edge_attention", _backward, setup_context=_setup_context)
     return ops
 
 

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from sgt_core.kernels import operators
+from sgt_core.kernels.library import loaded
 
 # Query slots (queries x degree) per chunk: every [slots, D] intermediate lives for one chunk only
 # (1 MB at D = 32), so the transient memory does not grow with the graph or the degree. Small chunks
@@ -141,14 +142,15 @@ def _backward_projected(ctx, grad_out, _grad_attention):
 @functools.cache
 def _operators():
     """`torch.ops.sgt` with the slot operators' torch implementations (every device but the compiled CPU
-    one) and their autograd registered."""
+    one) registered, and their autograd where the C++ library (which has its own) is not loaded."""
     ops = operators()
     torch.library.register_kernel("sgt::slot_attention", None, _slot_attention_torch)
     torch.library.register_kernel("sgt::slot_attention_backward", None, _slot_attention_backward_torch)
-    torch.library.register_kernel("sgt::projected_slot_attention", None, _projected_slot_attention)
-    torch.library.register_autograd("sgt::slot_attention", _backward_slots, setup_context=_setup_slots)
-    torch.library.register_autograd("sgt::projected_slot_attention", _backward_projected,
-                                    setup_context=_setup_projected)
+    if not loaded():  # the C++ library registers these itself (attention.cpp, "Autograd")
+        torch.library.register_kernel("sgt::projected_slot_attention", None, _projected_slot_attention)
+        torch.library.register_autograd("sgt::slot_attention", _backward_slots, setup_context=_setup_slots)
+        torch.library.register_autograd("sgt::projected_slot_attention", _backward_projected,
+                                        setup_context=_setup_projected)
     return ops
 
 
