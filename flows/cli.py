@@ -134,20 +134,29 @@ def expand_sweeps(overrides: list[str]) -> list[list[str]]:
 
 
 def command_run(overrides: list[str], multirun: bool = False) -> int:
-    from flows.preflight import preflight
+    from flows.prefect_server import choose_prefect_server
+    from flows.preflight import fully_cached, preflight
+    from sgt_core.config import compose_config
 
     runs = expand_sweeps(overrides) if multirun else [overrides]
+    first = compose_config(runs[0])  # a bad config fails here, before any server starts
+    # Prefect's server starts now (seconds), while the runs are checked and the flow's modules imported.
+    server_start = (choose_prefect_server(first["orchestration"]["prefect_server"])
+                    if first["orchestration"]["mode"] == "local" else None)
     configs = [preflight(run_overrides) for run_overrides in runs]  # all checked before the first run
     if any(cfg["orchestration"]["mode"] == "pools" for cfg in configs) and not _prefect_api_url_set():
         # A temporary Prefect server would have no workers: every stage would wait for one in vain.
         raise SGTError("orchestration=pools: needs a Prefect server that the pools' workers use; set "
                        "PREFECT_API_URL (e.g. http://127.0.0.1:4200/api after `make ui`) and start `sgt workers`")
-    if any(cfg["stage_isolation"] == "process" for cfg in configs):
+    if any(cfg["stage_isolation"] == "process" and not fully_cached(cfg) for cfg in configs):
         from flows.isolation import warm_up
 
         warm_up()  # the stages' process server starts while Prefect's does
     from flows.pipeline import sgt_pipeline
     from flows.report import format_metric
+
+    if server_start is not None:
+        server_start.join()
 
     results = []
     for run_overrides in runs:

@@ -9,9 +9,12 @@ What crosses the process boundary: the config, input folders and output folder i
 and its peak RSS out; its log records, re-emitted in the flow's process under their own logger names
 (Prefect captures them into the task run's logs); its exception, re-raised as the same type.
 
-A stage whose process needs an environment of its own from the start (`stage_environment`: glibc's
-malloc settings, read once as a process starts, which a fork inherits instead) is spawned afresh with it
-instead, at the cost of importing torch and the stages again (seconds).
+A stage whose process needs an environment of its own (`stage_environment`) gets it in its environment.
+glibc reads its malloc variables (MALLOC_MMAP_THRESHOLD_, ...) once, as a process starts, and a fork
+inherits the server's settings instead, so the forked stage process applies them itself, through
+mallopt, before the stage runs: the same setting, for that process alone. A variable without such an
+equivalent makes the stage's process spawn afresh with it, at the cost of importing torch and the stages
+again (seconds).
 """
 
 from __future__ import annotations
@@ -38,6 +41,25 @@ _POLL_SECONDS = 0.1  # how often the flow's process forwards the stage's log rec
 _ENVIRONMENT_LOCK = threading.Lock()  # one process started with extra variables at a time
 
 
+# glibc's malloc environment variables and the mallopt parameters that set the same thing (malloc.h).
+MALLOPT_PARAMETERS = {"MALLOC_TRIM_THRESHOLD_": -1, "MALLOC_TOP_PAD_": -2, "MALLOC_MMAP_THRESHOLD_": -3,
+                      "MALLOC_MMAP_MAX_": -4, "MALLOC_ARENA_MAX": -8}
+
+
+def apply_malloc_variables(variables: dict[str, str]) -> None:
+    """Sets this process's malloc as glibc would have at the start from these environment variables."""
+    import ctypes
+    import ctypes.util
+
+    wanted = {name: int(value) for name, value in variables.items() if name in MALLOPT_PARAMETERS}
+    if not wanted:
+        return
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    for name, value in wanted.items():
+        if not getattr(libc, "mallopt", None) or libc.mallopt(MALLOPT_PARAMETERS[name], value) != 1:
+            log.warning("%s=%s could not be applied to the stage's process (no glibc mallopt)", name, value)
+
+
 class StageProcessDied(SGTError):
     """The stage's process ended without reporting: killed (often by the kernel when memory ran out)."""
 
@@ -45,7 +67,7 @@ class StageProcessDied(SGTError):
 def _context() -> multiprocessing.context.ForkServerContext:
     context = multiprocessing.get_context("forkserver")
     # Importing the stage modules once in the server is what makes each stage's start cheap.
-    context.set_forkserver_preload([__name__, *sorted({stage.run.__module__ for stage in STAGES})])
+    context.set_forkserver_preload([__name__, *sorted({stage.module for stage in STAGES})])
     return context
 
 
@@ -92,6 +114,7 @@ def _stage_main(name: str, cfg: dict, inputs: dict[str, Path], out_dir: Path, en
     # The server's environment is the flow's at the server's start: take the flow's current one.
     os.environ.clear()
     os.environ.update(environment)
+    apply_malloc_variables(environment)
     root = logging.getLogger()
     root.handlers[:] = [logging.handlers.QueueHandler(records)]
     root.setLevel(logging.INFO)
@@ -127,10 +150,11 @@ def run_stage_in_process(name: str, cfg: dict, inputs: dict[str, Path], out_dir:
     `on_start(pid)` is called once the process exists (the memory sampler follows it). An exception in
     the stage is re-raised here as the same type; a process that dies without a word (SIGKILL, out of
     memory) raises StageProcessDied; Ctrl-C here terminates the stage process too. A stage with variables
-    of its own (`stage_environment`) is spawned with them rather than forked from the server.
+    of its own (`stage_environment`) has them in its environment; one that mallopt cannot apply makes
+    it spawn rather than fork from the server.
     """
     variables = stage_environment(STAGE_BY_NAME[name], cfg)
-    context = multiprocessing.get_context("spawn") if variables else _context()
+    context = multiprocessing.get_context("spawn") if set(variables) - set(MALLOPT_PARAMETERS) else _context()
     receiving, sending = context.Pipe(duplex=False)
     records = context.Queue()
     process = context.Process(target=_stage_main, name=f"sgt-{name}",

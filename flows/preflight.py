@@ -8,7 +8,6 @@ def preflight(overrides: list[str]) -> dict:
     from flows.tracking import tracking_uri
     from sgt_core.artifacts import open_store
     from sgt_core.config import compose_config
-    from sgt_core.data import load_dataset
     from sgt_core.pipeline import stage_keys
 
     cfg = compose_config(overrides)
@@ -18,5 +17,18 @@ def preflight(overrides: list[str]) -> dict:
     if cfg["stage"] in ("all", "preprocess") and not (
         cfg["stage"] == "all" and store.is_complete("preprocess", keys["preprocess"])
     ):
+        from sgt_core.data import load_dataset  # here: its loaders take seconds to import
+
         load_dataset(cfg["dataset"], seed=cfg["seed"])  # raises DatasetError naming the file and problem
     return cfg
+
+
+def fully_cached(cfg: dict) -> bool:
+    """Whether the run will compute nothing: every stage's artifact is in the store under its key."""
+    from sgt_core.artifacts import open_store
+    from sgt_core.pipeline import STAGES, stage_keys
+
+    if cfg["stage"] != "all":
+        return False
+    store, keys = open_store(cfg["paths"]["artifacts"]), stage_keys(cfg)
+    return all(store.is_complete(stage.name, keys[stage.name]) for stage in STAGES)

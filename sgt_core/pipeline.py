@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,14 +10,8 @@ import torch
 
 from sgt_core import kernels
 from sgt_core.artifacts import PACKAGE_ROOT, code_files, code_version, file_fingerprint, fingerprint
-from sgt_core.data.tables import table_paths
 from sgt_core.errors import ConfigError, DatasetError
-from sgt_core.estimate.stage import run_estimate
-from sgt_core.export.stage import run_export
-from sgt_core.preprocess.stage import run_preprocess
-from sgt_core.train.stage import resolve_device, run_train
-
-StageFunction = Callable[[dict, dict[str, Path], Path], dict]
+from sgt_core.train.device import resolve_device
 
 
 @dataclass(frozen=True)
@@ -29,7 +23,8 @@ class Stage:
 
     Attributes:
         name: stage name, also its folder under `artifacts/` and its `sgt.stage` tag.
-        run: the stage function.
+        function: the stage function as "module:name", imported when the stage runs: a process that only
+            plans a run (the flow's: cache keys, MLflow) never imports torch_geometric and the models.
         config_sections: top-level config keys the stage reads; only these enter its cache key.
         upstream: stages whose artifacts it reads.
         kernel_device: where it runs the attention kernels, whose backend enters its cache key: "cpu", a
@@ -37,7 +32,7 @@ class Stage:
     """
 
     name: str
-    run: StageFunction
+    function: str
     config_sections: tuple[str, ...]
     upstream: tuple[str, ...]
     kernel_device: str | None = None
@@ -45,7 +40,12 @@ class Stage:
     @property
     def module(self) -> str:
         """The dotted name of the module defining the stage function, where its import closure starts."""
-        return self.run.__module__
+        return self.function.partition(":")[0]
+
+    def run(self, cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict:
+        """Runs the stage function: (config, upstream artifact folders, output folder) -> metrics."""
+        module, _, name = self.function.partition(":")
+        return getattr(importlib.import_module(module), name)(cfg, inputs, out_dir)
 
     def code_files(self, root: Path = PACKAGE_ROOT) -> tuple[str, ...]:
         """The sources (paths relative to root's parent) whose content enters the stage's cache key."""
@@ -53,11 +53,12 @@ class Stage:
 
 
 STAGES: tuple[Stage, ...] = (
-    Stage("preprocess", run_preprocess, ("dataset", "preprocess", "seed"), ()),
-    Stage("estimate", run_estimate, ("estimator", "seed"), ("preprocess",), kernel_device="cpu"),
-    Stage("export", run_export, ("export",), ("preprocess", "estimate")),
-    Stage("train", run_train, ("model", "sampler", "optimizer", "train", "seed"), ("preprocess", "export"),
-          kernel_device="train.device"),
+    Stage("preprocess", "sgt_core.preprocess.stage:run_preprocess", ("dataset", "preprocess", "seed"), ()),
+    Stage("estimate", "sgt_core.estimate.stage:run_estimate", ("estimator", "seed"), ("preprocess",),
+          kernel_device="cpu"),
+    Stage("export", "sgt_core.export.stage:run_export", ("export",), ("preprocess", "estimate")),
+    Stage("train", "sgt_core.train.stage:run_train", ("model", "sampler", "optimizer", "train", "seed"),
+          ("preprocess", "export"), kernel_device="train.device"),
 )
 STAGE_BY_NAME = {stage.name: stage for stage in STAGES}
 
@@ -94,8 +95,9 @@ def stage_environment(stage: Stage, cfg: dict) -> dict[str, str]:
 
     `train.malloc_mmap_threshold_kb` is glibc's `MALLOC_MMAP_THRESHOLD_` (in bytes) for the train stage:
     malloc reads it once, as the process starts, so it holds for that stage's process alone, never for
-    the flow's or a later run's. Whoever starts the stage's process sets them (flows/isolation.py, the
-    benchmarks); a stage run inline in another process cannot have them.
+    the flow's or a later run's. Whoever starts the stage's process sets them: the benchmarks start it
+    with them; flows/isolation.py forks it from a server that started without them, so it applies them
+    through mallopt, the same setting. A stage run inline in another process cannot have them.
     """
     if stage.name == "train" and cfg["train"]["malloc_mmap_threshold_kb"] is not None:
         return {"MALLOC_MMAP_THRESHOLD_": str(cfg["train"]["malloc_mmap_threshold_kb"] * 1024)}
@@ -105,6 +107,8 @@ def stage_environment(stage: Stage, cfg: dict) -> dict[str, str]:
 def dataset_fingerprint(dataset_cfg: dict) -> str | None:
     """The content hash of a file-backed dataset, so editing the file invalidates the cache."""
     if dataset_cfg.get("name") == "parquet":
+        from sgt_core.data.tables import table_paths  # here: it imports duckdb, pyarrow and torch_geometric
+
         # Every file of both tables, so that editing, adding or removing a file matched by a glob counts.
         files = table_paths(dataset_cfg.get("nodes"), dataset_cfg.get("edges"))
         return fingerprint({table: [file_fingerprint(path) for path in paths] for table, paths in files.items()})

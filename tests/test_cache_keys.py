@@ -124,7 +124,7 @@ def test_every_sgt_core_module_a_stage_loads_is_in_its_closure(tmp_path):
         outputs[each.name].mkdir()
         inputs = {name: str(outputs[name]) for name in each.upstream}
         completed = subprocess.run(
-            [sys.executable, "-c", STAGE_CHILD, str(cfg_file), each.module, each.run.__name__,
+            [sys.executable, "-c", STAGE_CHILD, str(cfg_file), each.module, each.function.partition(":")[2],
              json.dumps(inputs), str(outputs[each.name])],
             cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
         assert completed.returncode == 0, completed.stderr[-3000:]

@@ -19,6 +19,8 @@ class OrchestrationConfig(Section):
 
     Attributes:
         mode: local or pools.
+        prefect_server: `find` uses `sgt ui`'s Prefect server when it answers, `temporary` never does;
+            either way a server in $PREFECT_API_URL comes first, and without one a temporary one starts.
         pools: with `pools`, each stage's work pool name (flows/pools.py).
         start_timeout_s: with `pools`, seconds a stage's flow run may wait for a worker.
         missed_heartbeats: with `pools`, heartbeat intervals without one before a stage is taken as dead.
@@ -27,6 +29,7 @@ class OrchestrationConfig(Section):
     PATH = "orchestration"
 
     mode: str = checked(one_of("local", "pools"))
+    prefect_server: str = checked(one_of("find", "temporary"))
     pools: dict[str, str] | None = None
     start_timeout_s: float | None = None
     missed_heartbeats: int | None = None

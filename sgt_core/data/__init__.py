@@ -9,6 +9,15 @@ Fields of the returned graph (the contract the rest of the pipeline relies on):
     source: str, where the graph came from (file path or generator description), for error messages
 """
 
-from sgt_core.data.load import load_dataset
 
 __all__ = ["load_dataset"]
+
+
+def __getattr__(name: str):
+    # Imported on first use: the loaders pull in torch_geometric and scipy (~2 s), which a process that
+    # only reads sgt_core.data.tables (the flow's, computing cache keys) never needs.
+    if name == "load_dataset":
+        from sgt_core.data.load import load_dataset
+
+        return load_dataset
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

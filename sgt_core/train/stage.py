@@ -29,21 +29,13 @@ from sgt_core.progress import Progress
 from sgt_core.sampling import LayerSampler
 from sgt_core.sampling.degrees import SAMPLED_DEGREES_FILE, sampled_degree_histograms
 from sgt_core.seeding import seed_everything
+from sgt_core.train.device import resolve_device
 from sgt_core.train.distributed import Ranks, launch, world_size
 
 log = logging.getLogger(__name__)
 
 MODEL_FILE = "model.pt"
 HISTORY_FILE = "history.json"
-
-
-def resolve_device(device: str) -> torch.device:
-    """`train.device`: `auto` -> CUDA when available, else CPU; `cuda` fails clearly when there is none."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("train.device=cuda but torch.cuda.is_available() is False on this machine")
-    return torch.device(device)
 
 
 def read_groups(cfg: dict) -> tuple[ModelConfig, SamplerConfig, AdamWConfig, TrainConfig]:
