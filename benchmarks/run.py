@@ -27,11 +27,13 @@ import torch
 
 from sgt_core.artifacts import ArtifactStore
 from sgt_core.config import compose_config
-from sgt_core.export.scores import SCORES_DIR, read_attention_scores
+from sgt_core.export.outputs import SCORES_DIR
+from sgt_core.export.scores import read_attention_scores
 from sgt_core.kernels import cpu_kernels
 from sgt_core.metrics import metric_name
 from sgt_core.pipeline import STAGES, stage_environment, stage_keys
-from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE, InteractionGraph
+from sgt_core.preprocess.interaction_graph import InteractionGraph
+from sgt_core.preprocess.outputs import INTERACTION_GRAPH_FILE
 from sgt_core.sampling import sample_neighbours
 
 REPO = Path(__file__).resolve().parents[1]

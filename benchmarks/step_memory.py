@@ -20,8 +20,10 @@ from pathlib import Path
 import torch
 
 from flows.memory import status_mb
-from sgt_core.export.scores import SCORES_DIR, read_attention_scores
-from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE, InteractionGraph
+from sgt_core.export.outputs import SCORES_DIR
+from sgt_core.export.scores import read_attention_scores
+from sgt_core.preprocess.interaction_graph import InteractionGraph
+from sgt_core.preprocess.outputs import INTERACTION_GRAPH_FILE
 from sgt_core.seeding import seed_everything
 from sgt_core.train.stage import WideNetworkTraining
 

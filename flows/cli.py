@@ -203,7 +203,7 @@ def print_sweep_summary(results: list[tuple[list[str], dict]]) -> None:
 def command_scores(overrides: list[str], path: str | None) -> int:
     from sgt_core.artifacts import open_store
     from sgt_core.config import compose_config
-    from sgt_core.export.scores import SCORES_DIR
+    from sgt_core.export.outputs import SCORES_DIR
     from sgt_core.export.summary import format_summary, summarise_scores
     from sgt_core.pipeline import stage_keys
 
@@ -225,11 +225,11 @@ def command_scores(overrides: list[str], path: str | None) -> int:
 
 def stage_files() -> dict[str, tuple[str, ...]]:
     """Each stage's main outputs inside its artifact folder, as glob patterns."""
-    from sgt_core.estimate.stage import ESTIMATOR_FILE, SCORES_FILE
-    from sgt_core.export.scores import SCORES_DIR
-    from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE
+    from sgt_core.estimate.outputs import ESTIMATOR_FILE, SCORES_FILE
+    from sgt_core.export.outputs import SCORES_DIR
+    from sgt_core.preprocess.outputs import INTERACTION_GRAPH_FILE
     from sgt_core.preprocess.substructure_tokens import SUBSTRUCTURES_FILE
-    from sgt_core.train.stage import MODEL_FILE
+    from sgt_core.train.outputs import MODEL_FILE
 
     return {
         "preprocess": (INTERACTION_GRAPH_FILE, SUBSTRUCTURES_FILE),

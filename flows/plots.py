@@ -15,11 +15,10 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from sgt_core.export.scores import SCORES_DIR
+from sgt_core.export.outputs import SCORES_DIR
 from sgt_core.export.summary import summarise_scores
-from sgt_core.preprocess.degrees import IN_DEGREES_FILE
-from sgt_core.sampling.degrees import SAMPLED_DEGREES_FILE
-from sgt_core.train.stage import HISTORY_FILE  # the estimate stage writes the same file name
+from sgt_core.preprocess.outputs import IN_DEGREES_FILE
+from sgt_core.train.outputs import HISTORY_FILE, SAMPLED_DEGREES_FILE
 
 PANEL_SIZE = (4.5, 3.4)  # inches per subplot; at 100 dpi a panel is 450 x 340 pixels
 DPI = 100

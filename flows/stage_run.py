@@ -13,10 +13,10 @@ from flows.memory import MemorySampler
 from flows.plots import memory_over_time, stage_figures
 from flows.tracking import Tracker
 from sgt_core.artifacts import open_store
-from sgt_core.estimate.stage import ESTIMATOR_FILE
-from sgt_core.export.scores import SCORES_DIR
+from sgt_core.estimate.outputs import ESTIMATOR_FILE
+from sgt_core.export.outputs import SCORES_DIR
 from sgt_core.pipeline import STAGE_BY_NAME, stage_environment
-from sgt_core.train.stage import MODEL_FILE
+from sgt_core.train.outputs import MODEL_FILE
 
 log = logging.getLogger("sgt")
 

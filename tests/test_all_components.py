@@ -9,10 +9,12 @@ import pytest
 
 from sgt_core.config import compose_config
 from sgt_core.errors import ConfigError
-from sgt_core.export.scores import SCORES_DIR, scores_glob
-from sgt_core.preprocess.interaction_graph import EDGE_TYPES, INTERACTION_GRAPH_FILE, InteractionGraph
+from sgt_core.export.outputs import SCORES_DIR
+from sgt_core.export.scores import scores_glob
+from sgt_core.preprocess.interaction_graph import EDGE_TYPES, InteractionGraph
+from sgt_core.preprocess.outputs import INTERACTION_GRAPH_FILE
 from sgt_core.preprocess.substructure_tokens import SUBSTRUCTURES_FILE
-from sgt_core.train.stage import HISTORY_FILE
+from sgt_core.train.outputs import HISTORY_FILE
 from tests.conftest import TINY_OVERRIDES
 from tests.stage_runner import run_stages
 

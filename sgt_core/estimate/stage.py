@@ -14,20 +14,19 @@ import torch.nn.functional as F
 
 from sgt_core.artifacts import read_upstream
 from sgt_core.config.estimator import EstimatorConfig
+from sgt_core.estimate.outputs import ESTIMATOR_FILE, HISTORY_FILE, SCORES_FILE
 from sgt_core.metrics import UNDEFINED, evaluate, metric_name, splits_without_metric
 from sgt_core.models import AttentionScoreEstimator, NodeExtras
 from sgt_core.numerics import check_loss
 from sgt_core.optim import AdamW, CosineWithWarmup
-from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE, NODE_KINDS, InteractionGraph
+from sgt_core.preprocess.interaction_graph import NODE_KINDS, InteractionGraph
+from sgt_core.preprocess.outputs import INTERACTION_GRAPH_FILE
 from sgt_core.progress import Progress
 from sgt_core.schedules import temperature
 from sgt_core.seeding import seed_everything
 
 log = logging.getLogger(__name__)
 
-SCORES_FILE = "attention_scores.pt"
-ESTIMATOR_FILE = "estimator.pt"
-HISTORY_FILE = "history.json"
 
 
 def save_atomically(tensor: torch.Tensor, path: Path) -> None:

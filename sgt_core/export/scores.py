@@ -13,7 +13,6 @@ from torch import Tensor
 
 from sgt_core.errors import SGTError
 
-SCORES_DIR = "attention_scores"
 COLUMN_DTYPES = {"src": np.int64, "dst": np.int64, "score": np.float32}  # what the reader takes, as NumPy
 READ_BATCH_ROWS = 1 << 16
 SCHEMA = pa.schema(

@@ -10,10 +10,12 @@ import torch
 from sgt_core.artifacts import read_upstream
 from sgt_core.config.export import ExportConfig
 from sgt_core.errors import SGTError
-from sgt_core.estimate.stage import SCORES_FILE
-from sgt_core.export.scores import SCORES_DIR, write_attention_scores
+from sgt_core.estimate.outputs import SCORES_FILE
+from sgt_core.export.outputs import SCORES_DIR
+from sgt_core.export.scores import write_attention_scores
 from sgt_core.export.summary import summarise_scores
-from sgt_core.preprocess.interaction_graph import EDGE_TYPES, INTERACTION_GRAPH_FILE, InteractionGraph
+from sgt_core.preprocess.interaction_graph import EDGE_TYPES, InteractionGraph
+from sgt_core.preprocess.outputs import INTERACTION_GRAPH_FILE
 
 # Scores of each destination must sum to 1; float32 softmax sums drift by far less than this.
 NORMALISATION_TOLERANCE = 1e-4

@@ -7,8 +7,6 @@ from torch import Tensor
 
 from sgt_core.preprocess.interaction_graph import EDGE_TYPES
 
-IN_DEGREES_FILE = "in_degrees.json"
-
 
 def degree_histogram(degrees: Tensor) -> dict[str, list[int]]:
     """{"degree": the distinct degrees, "nodes": how many nodes have each}.

@@ -33,7 +33,6 @@ SUBSTRUCTURE_TYPES: tuple[str, ...] = (
 )
 # edge_spd value of edges without a distance encoding (every type but anchor and khop).
 NO_SPD = 0
-INTERACTION_GRAPH_FILE = "interaction_graph.pt"
 # The dtypes `InteractionGraph.save` stores these integer fields in (about a third of int64's bytes for the
 # edges); `load` widens them back to int64, so the estimate and train stages see the dtypes they always did.
 STORED_DTYPES: dict[str, torch.dtype] = {

@@ -16,8 +16,9 @@ from sgt_core.data import load_dataset
 from sgt_core.errors import ConfigError
 from sgt_core.preprocess.adjacency import sorted_csr
 from sgt_core.preprocess.builder import SUBSTRUCTURE_STREAM, build_interaction_graph
-from sgt_core.preprocess.degrees import IN_DEGREES_FILE, in_degree_histograms
-from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE, NODE_KINDS, InteractionGraph
+from sgt_core.preprocess.degrees import in_degree_histograms
+from sgt_core.preprocess.interaction_graph import NODE_KINDS, InteractionGraph
+from sgt_core.preprocess.outputs import IN_DEGREES_FILE, INTERACTION_GRAPH_FILE
 from sgt_core.preprocess.substructure_tokens import SUBSTRUCTURES_FILE, sample_substructure_tokens
 
 log = logging.getLogger(__name__)

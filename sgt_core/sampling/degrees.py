@@ -7,8 +7,6 @@ import torch
 from sgt_core.preprocess.degrees import degree_histogram
 from sgt_core.sampling.reservoir import LayerSampler, sample_neighbours
 
-SAMPLED_DEGREES_FILE = "sampled_degrees.json"
-
 
 def sampled_degree_histograms(sampler: LayerSampler, seed: int) -> dict[str, dict]:
     """Per layer, how many real (unmasked) neighbours each node gets in one full-graph sampling.

@@ -19,23 +19,24 @@ from sgt_core.config.optimizer import AdamWConfig
 from sgt_core.config.sampler import SamplerConfig
 from sgt_core.config.train import TrainConfig
 from sgt_core.errors import ConfigError
-from sgt_core.export.scores import SCORES_DIR, read_attention_scores
+from sgt_core.export.outputs import SCORES_DIR
+from sgt_core.export.scores import read_attention_scores
 from sgt_core.metrics import UNDEFINED, all_metrics, evaluate, metric_name, splits_without_metric
 from sgt_core.models import NodeExtras, Spexphormer
 from sgt_core.numerics import check_loss
 from sgt_core.optim import AdamW, CosineWithWarmup
-from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE, NODE_KINDS, InteractionGraph
+from sgt_core.preprocess.interaction_graph import NODE_KINDS, InteractionGraph
+from sgt_core.preprocess.outputs import INTERACTION_GRAPH_FILE
 from sgt_core.progress import Progress
 from sgt_core.sampling import LayerSampler
-from sgt_core.sampling.degrees import SAMPLED_DEGREES_FILE, sampled_degree_histograms
+from sgt_core.sampling.degrees import sampled_degree_histograms
 from sgt_core.seeding import seed_everything
 from sgt_core.train.device import resolve_device
 from sgt_core.train.distributed import Ranks, launch, world_size
+from sgt_core.train.outputs import HISTORY_FILE, MODEL_FILE, SAMPLED_DEGREES_FILE
 
 log = logging.getLogger(__name__)
 
-MODEL_FILE = "model.pt"
-HISTORY_FILE = "history.json"
 
 
 def read_groups(cfg: dict) -> tuple[ModelConfig, SamplerConfig, AdamWConfig, TrainConfig]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from sgt_core.estimate.stage import SCORES_FILE
+from sgt_core.estimate.outputs import SCORES_FILE
 from tests.stage_runner import run_stages
 
 

@@ -10,9 +10,9 @@ import torch
 
 from sgt_core.config import compose_config
 from sgt_core.errors import ConfigError
+from sgt_core.export.outputs import SCORES_DIR
 from sgt_core.export.scores import (
     SCHEMA,
-    SCORES_DIR,
     read_attention_scores,
     top_candidates,
     write_attention_scores,

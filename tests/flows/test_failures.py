@@ -19,10 +19,11 @@ from mlflow.tracking import MlflowClient
 
 from flows.cli import main
 from sgt_core.artifacts import MANIFEST_FILE, STAGING_PREFIX, ArtifactError, ArtifactStore
-from sgt_core.estimate.stage import ESTIMATOR_FILE, SCORES_FILE
+from sgt_core.estimate.outputs import ESTIMATOR_FILE, SCORES_FILE
 from sgt_core.export.stage import run_export
-from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE, InteractionGraph
-from sgt_core.train.stage import MODEL_FILE
+from sgt_core.preprocess.interaction_graph import InteractionGraph
+from sgt_core.preprocess.outputs import INTERACTION_GRAPH_FILE
+from sgt_core.train.outputs import MODEL_FILE
 from tests.conftest import REPO_ROOT, TINY_OVERRIDES
 
 # Enough estimator epochs that the estimate stage lasts about a second even on an idle machine, so the

@@ -15,9 +15,9 @@ import torch
 from flows.cli import main
 from sgt_core.artifacts import CORRUPT_PREFIX, MANIFEST_FILE, METRICS_FILE, ArtifactError, ArtifactStore
 from sgt_core.estimate.stage import run_estimate
-from sgt_core.export.scores import SCORES_DIR
-from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE
-from sgt_core.train.stage import MODEL_FILE
+from sgt_core.export.outputs import SCORES_DIR
+from sgt_core.preprocess.outputs import INTERACTION_GRAPH_FILE
+from sgt_core.train.outputs import MODEL_FILE
 from tests.conftest import TINY_OVERRIDES
 
 

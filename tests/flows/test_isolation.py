@@ -16,9 +16,9 @@ import torch
 from flows.isolation import StageProcessDied, run_stage_in_process
 from sgt_core.artifacts import ArtifactError
 from sgt_core.config import compose_config
-from sgt_core.estimate.stage import SCORES_FILE
+from sgt_core.estimate.outputs import SCORES_FILE
 from sgt_core.pipeline import STAGE_BY_NAME, stage_environment
-from sgt_core.preprocess.interaction_graph import INTERACTION_GRAPH_FILE
+from sgt_core.preprocess.outputs import INTERACTION_GRAPH_FILE
 from tests.conftest import REPO_ROOT, TINY_OVERRIDES
 from tests.stage_runner import run_stages
 

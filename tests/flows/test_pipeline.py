@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 from flows.pipeline import sgt_pipeline
 from sgt_core.artifacts import METRICS_FILE
 from sgt_core.config import STAGE_NAMES
-from sgt_core.train.stage import HISTORY_FILE
+from sgt_core.train.outputs import HISTORY_FILE
 from tests.conftest import TINY_OVERRIDES
 
 
