@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from benchmarks.run import REPO, MemoryLimitExceeded, TimeLimitExceeded, cpu_model, read_rows, run_stage
-from sgt_core.artifacts import ArtifactStore
+from sgt_core.artifacts import ArtifactStore, atomic_path
 from sgt_core.config import compose_config
 from sgt_core.pipeline import STAGES, stage_keys
 
@@ -119,12 +119,10 @@ def write_report(out: Path, rows: list[dict], memory_limit_mb: float) -> None:
     def cell(value) -> str:
         return f"{value:.2f}" if isinstance(value, float) else ("-" if value is None else str(value))
 
-    partial = out / "scale.csv.partial"
-    with open(partial, "w", newline="") as handle:
+    with atomic_path(out / "scale.csv") as partial, open(partial, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows({column: row.get(column) for column in COLUMNS} for row in rows)
-    os.replace(partial, out / "scale.csv")
     lines = [
         "# Scale benchmark (`make bench-scale`)", "",
         (f"CPU: {cpu_model()}, {os.cpu_count()} cores; memory watchdog at {memory_limit_mb:.0f} MB per stage. "
@@ -136,9 +134,8 @@ def write_report(out: Path, rows: list[dict], memory_limit_mb: float) -> None:
         "", "## Targets", "", *target_lines(rows), "", "## Growth from 10^5 to 10^6 nodes (target: at most 12x)", "",
         *growth_lines(rows),
     ]
-    partial = out / "scale.md.partial"
-    partial.write_text("\n".join(lines) + "\n")
-    os.replace(partial, out / "scale.md")
+    with atomic_path(out / "scale.md") as partial:
+        partial.write_text("\n".join(lines) + "\n")
     plot(rows, out / "scale.png")
 
 
@@ -164,10 +161,9 @@ def plot(rows: list[dict], path: Path) -> None:
         axis.legend()
     figure.suptitle("SGT stages on generated graphs (2 cores)")
     figure.tight_layout()
-    partial = path.with_name(path.name + ".partial.png")
-    figure.savefig(partial, dpi=100)
+    with atomic_path(path) as partial:  # a name ending in .png: savefig takes the format from it
+        figure.savefig(partial, dpi=100)
     plt.close(figure)
-    os.replace(partial, path)
 
 
 def main(argv: list[str] | None = None) -> None:

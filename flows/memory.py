@@ -45,9 +45,13 @@ class MemorySampler:
 
     def follow(self, pid: int) -> None:
         """Samples process `pid` (the stage's own process) instead of this one, from its start."""
-        self._process = self._psutil.Process(pid)
         self.samples.clear()  # this process's entry sample is not the stage's
         self._started, self.started_at = time.perf_counter(), time.time()
+        try:
+            self._process = self._psutil.Process(pid)
+        except self._psutil.NoSuchProcess:  # a short stage can end before a busy flow process gets here
+            self._process = None  # its own high-water mark (`record`) is all there is to know
+            return
         self._sample()
 
     def record(self, rss_mb: float) -> None:
@@ -70,6 +74,8 @@ class MemorySampler:
         return max((rss for _, rss in self.samples), default=0.0)
 
     def _sample(self) -> None:
+        if self._process is None:
+            return
         try:
             rss_mb = self._process.memory_info().rss / 2**20
         except self._psutil.NoSuchProcess:  # the stage's process has just ended

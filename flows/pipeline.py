@@ -8,7 +8,7 @@ import time
 from prefect import flow, runtime, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.stage_run import close_quietly, run_stage
+from flows.stage_run import run_stage
 from flows.tracking import Tracker
 from sgt_core.artifacts import ArtifactStore, fingerprint, open_store
 from sgt_core.config import STAGE_NAMES, compose_config
@@ -129,8 +129,9 @@ def sgt_pipeline(overrides: list[str] | None = None) -> dict:
             "sgt.device": train_metrics.get("device", "cpu"),
             "sgt.cache_hits": ",".join(n for n, r in results.items() if r["cache_hit"]) or "none",
         })
+        tracker.flush()  # the stages' files and plots, logged while the later stages ran
     except BaseException:
-        close_quietly(tracker, parent_run_id)
+        tracker.fail(parent_run_id)
         raise
     tracker.end(parent_run_id)
     return {"run_id": parent_run_id, "keys": keys, "stages": results, "metrics": summary,

@@ -1,24 +1,29 @@
 """Matplotlib figures of what a stage computed, for its MLflow run: curves, score summaries, degrees, memory.
 
 Figures are built as `matplotlib.figure.Figure` objects, never through pyplot: no global figure state, so
-drawing is safe in whichever thread Prefect runs a task, and PNGs are rendered by the Agg backend without
-a display.
+drawing is safe on the tracker's logging thread, and PNGs are rendered by the Agg backend without a
+display. Matplotlib (and DuckDB, for the score summaries) are imported when the first figure is drawn,
+on that thread: a pipeline process that plots nothing (a cached run) never loads them.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
+from flows.hooks import StageHooks, StageRun
 from sgt_core.export.outputs import SCORES_DIR
-from sgt_core.export.summary import summarise_scores
 from sgt_core.preprocess.outputs import IN_DEGREES_FILE
-from sgt_core.train.outputs import HISTORY_FILE, SAMPLED_DEGREES_FILE
+from sgt_core.train.outputs import SAMPLED_DEGREES_FILE
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from flows.tracking import Tracker
+    from sgt_core.pipeline import StageResult
 
 PANEL_SIZE = (4.5, 3.4)  # inches per subplot; at 100 dpi a panel is 450 x 340 pixels
 DPI = 100
@@ -29,6 +34,8 @@ MAX_INTEGER_BINS = 64
 
 def _panels(count: int, title: str, max_columns: int = 4) -> tuple[Figure, list]:
     """A figure with `count` subplots in rows of at most `max_columns`, titled `title`."""
+    from matplotlib.figure import Figure
+
     columns = min(count, max_columns)
     rows = math.ceil(count / columns)
     figure = Figure(figsize=(PANEL_SIZE[0] * columns, PANEL_SIZE[1] * rows + 0.4), dpi=DPI, layout="constrained")
@@ -100,6 +107,8 @@ def mass_per_edge_type(mass: list[tuple]) -> Figure:
 
 def degree_histograms(histograms: dict[str, dict], title: str, xlabel: str) -> Figure:
     """One histogram panel per entry of {name: {"degree": [...], "nodes": [...]}} (`sgt_core.sampling.degrees`)."""
+    from matplotlib.ticker import MaxNLocator
+
     figure, axes = _panels(len(histograms), title)
     for ax, (name, histogram) in zip(axes, histograms.items()):
         degree, nodes = np.asarray(histogram["degree"]), np.asarray(histogram["nodes"])
@@ -132,14 +141,15 @@ def memory_over_time(samples: list[tuple[float, float]], title: str) -> Figure:
     return figure
 
 
-def stage_figures(stage: str, output: Path) -> dict[str, Figure]:
-    """Every figure the data files in a stage's artifact folder support, by artifact name."""
+def stage_figures(stage: str, result: StageResult) -> dict[str, Figure]:
+    """Every figure a stage's result supports (its history, the data files in its folder), by artifact name."""
     figures = {}
-    if (output / HISTORY_FILE).is_file():
-        history = json.loads((output / HISTORY_FILE).read_text())
-        if history:
-            figures["training_curves"] = training_curves(history, f"{stage}: per-epoch metrics")
+    if result.history:
+        figures["training_curves"] = training_curves(result.history, f"{stage}: per-epoch metrics")
+    output = result.out_dir
     if (output / SCORES_DIR).is_dir():
+        from sgt_core.export.summary import summarise_scores
+
         summary = summarise_scores(output / SCORES_DIR)
         figures["entropy_per_layer"] = entropy_per_layer(summary["per_layer"])
         figures["mass_per_edge_type"] = mass_per_edge_type(summary["mass"])
@@ -153,3 +163,23 @@ def stage_figures(stage: str, output: Path) -> dict[str, Figure]:
         figures["sampled_degrees"] = degree_histograms(
             histograms, "Sampled neighbours per node in one epoch, per layer", "real (unmasked) neighbours")
     return figures
+
+
+class PlotHooks(StageHooks):
+    """Draws the figures of a stage that computed, and its memory trace, and logs them to its run as
+    `plots/<name>.png`, all on the tracker's logging thread so that the next stage need not wait.
+    """
+
+    def __init__(self, tracker: Tracker) -> None:
+        self.tracker = tracker
+
+    def after_stage(self, run: StageRun, result: StageResult) -> None:
+        if not run.cache_hit:  # a cache hit's plots are on the run that computed it
+            self.tracker.later(run.run_id, self._draw_and_log, run.run_id, run.stage.name, result,
+                               run.memory.samples)
+
+    def _draw_and_log(self, run_id: str, stage: str, result: StageResult, samples: list[tuple[float, float]]) -> None:
+        figures = stage_figures(stage, result)
+        if samples:  # none only where the system has no /proc to read a stage's memory from
+            figures["memory"] = memory_over_time(samples, f"{stage}: resident memory (RSS) over time")
+        self.tracker.log_figures(run_id, figures)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import socket
 import tempfile
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,15 +20,21 @@ from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from flows.hooks import StageHooks, StageRun
+from sgt_core.artifacts import is_url, process_exists
+from sgt_core.errors import ConfigError
+from sgt_core.pipeline import StageResult, dataset_id
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-from sgt_core.artifacts import is_url, process_exists
-from sgt_core.errors import ConfigError
-from sgt_core.pipeline import dataset_id
+    from flows.memory import MemorySampler
+
+log = logging.getLogger("sgt")
 
 _BATCH = 100  # MLflow accepts at most 100 params per log_batch call
 PLOTS_DIR = "plots"  # artifact folder of a run's figures
+WORKER_TAG = "sgt.worker"  # where a stage ran: `<pool>@<host>` on a work pool, `local@<host>` in the flow
 
 
 def flatten(value, prefix: str = "") -> dict[str, str]:
@@ -82,6 +92,8 @@ class Tracker:
 
     The client API (explicit run ids, no active-run stack) keeps tracking correct whichever thread
     Prefect runs a task in, and lets two pipelines share one store without touching each other's runs.
+    It also lets a stage's uploads and plots run on a logging thread of their own (`later`) while the
+    next stage runs; whoever owns the tracker waits for them with `flush` before its run ends.
     """
 
     def __init__(self, cfg: dict, close_orphans: bool = True) -> None:
@@ -102,6 +114,8 @@ class Tracker:
             else:
                 self.experiment_id = experiment.experiment_id
         self.closed_runs = self.close_orphaned_runs() if close_orphans else {}
+        self._background: ThreadPoolExecutor | None = None
+        self._queued: list[Future] = []
 
     def close_orphaned_runs(self) -> dict[str, dict[str, str]]:
         """Marks KILLED this experiment's RUNNING runs whose process on this machine has gone.
@@ -194,7 +208,85 @@ class Tracker:
     def end(self, run_id: str, ok: bool = True) -> None:
         self.client.set_terminated(run_id, "FINISHED" if ok else "FAILED")
 
+    def later(self, run_id: str, job: Callable[..., object], *args) -> None:
+        """Runs `job(*args)` for the run `run_id` on the logging thread, after every job queued before it.
+
+        The thread starts with the first job and stops at `flush`. A job that fails marks its run FAILED,
+        also one that has ended already, and `flush` raises its error: a run must not lose its records
+        silently.
+        """
+        if self._background is None:
+            self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sgt-tracking")
+        self._queued.append(self._background.submit(self._run_job, run_id, job, *args))
+
+    def _run_job(self, run_id: str, job: Callable[..., object], *args) -> None:
+        try:
+            job(*args)
+        except BaseException as error:
+            with contextlib.suppress(Exception):
+                self.end(run_id, ok=False)
+            error.add_note(f"(while logging to the MLflow run {run_id} in the background)")
+            raise
+
+    def flush(self) -> None:
+        """Waits for every queued job and stops the logging thread; raises the first job's error, logs the rest."""
+        if self._background is None:
+            return
+        self._background.shutdown(wait=True)
+        queued, self._queued, self._background = self._queued, [], None
+        errors = [error for future in queued if (error := future.exception()) is not None]
+        for error in errors[1:]:
+            log.error("MLflow logging failed as well: %s", error)
+        if errors:
+            raise errors[0]
+
+    def fail(self, run_id: str) -> None:
+        """Marks a run FAILED once the queued jobs are done, raising nothing: neither a failed upload nor a
+        full disk may hide the error that ended the run."""
+        try:
+            self.flush()
+        except Exception as error:  # noqa: BLE001 - one line: the error that ended the run is raised
+            log.error("MLflow logging failed as well: %s", error)
+        with contextlib.suppress(Exception):
+            self.end(run_id, ok=False)
+
     def _log_params(self, run_id: str, params: dict[str, str]) -> None:
         items = [Param(k, v[:6000]) for k, v in params.items()]
         for start in range(0, len(items), _BATCH):
             self.client.log_batch(run_id, params=items[start:start + _BATCH])
+
+
+class MlflowHooks(StageHooks):
+    """Records a stage as a child run of the pipeline's run: its config and where it runs as it starts; its
+    metrics, history and result's folder as it ends, and ends it; then, on the logging thread, the files
+    its stage declares and its memory trace (only where it computed).
+    """
+
+    def __init__(self, tracker: Tracker, parent_run_id: str, worker: dict[str, str] | None = None) -> None:
+        self.tracker, self.parent_run_id = tracker, parent_run_id
+        self.worker = worker if worker is not None else {WORKER_TAG: f"local@{socket.gethostname()}"}
+
+    def before_stage(self, run: StageRun) -> None:
+        run.run_id = self.tracker.start_stage(self.parent_run_id, run.stage.name, run.key, run.cache_hit,
+                                              run.params, self.worker)
+
+    def after_stage(self, run: StageRun, result: StageResult) -> None:
+        tracker = self.tracker
+        tracker.log_results(run.run_id, {**result.metrics, "stage_seconds": run.seconds}, result.history)
+        tracker.set_tags(run.run_id, {"sgt.artifact_dir": run.location, "sgt.source_run_id": run.source_run_id})
+        # Ended now, with the stage: a pipeline killed during the next stage leaves this one FINISHED, not
+        # KILLED. Before anything is queued for it, so that a queued job that fails leaves it FAILED.
+        tracker.end(run.run_id)
+        if not run.cache_hit:  # a cache hit carries `sgt.artifact_dir` and `sgt.source_run_id`, not a second copy
+            for path in result.files:
+                folder = path.relative_to(result.out_dir).as_posix() if path.is_dir() else None
+                tracker.later(run.run_id, tracker.log_artifact, run.run_id, path, folder)
+            tracker.later(run.run_id, self._log_memory, run.run_id, run.memory)
+
+    def on_stage_error(self, run: StageRun, error: BaseException) -> None:
+        if run.run_id:
+            self.tracker.fail(run.run_id)
+
+    def _log_memory(self, run_id: str, memory: MemorySampler) -> None:
+        self.tracker.log_metric_series(run_id, "rss_mb", memory.samples, memory.started_at)
+        self.tracker.log_results(run_id, {"rss_peak_mb": memory.peak_mb})

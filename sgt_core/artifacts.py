@@ -31,6 +31,8 @@ STAGING_PREFIX = ".tmp-"
 RETIRED_PREFIX = ".old-"
 # A damaged result moved aside, kept for inspection (never read, never deleted by SGT).
 CORRUPT_PREFIX = ".corrupt-"
+# A file being written beside its final name (`atomic_path`).
+PARTIAL_PREFIX = ".partial-"
 _BLOCK = 8 << 20  # bytes read at a time when checksumming
 
 T = TypeVar("T")
@@ -273,11 +275,7 @@ class ArtifactStore:
         and ours is discarded. An incomplete or damaged folder found at the key is moved to `.corrupt-*`.
         """
         final = self.path(stage, key)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        self._remove_abandoned(final.parent)
-        staging = final.parent / _private_name(STAGING_PREFIX, key)
-        staging.mkdir()
-        try:
+        with _staging_folder(final) as staging:
             yield staging
             if replace:
                 retired = final.parent / _private_name(RETIRED_PREFIX, key)
@@ -297,9 +295,6 @@ class ArtifactStore:
                     if aside is not None:
                         log.warning("%s: replaced the damaged folder %s (moved to %s)", stage, final, aside)
                     os.rename(staging, final)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
 
     @staticmethod
     def _remove_abandoned(folder: Path) -> None:
@@ -316,9 +311,45 @@ class ArtifactStore:
         so a manifest that exists is whole.
         """
         (staging / METRICS_FILE).write_text(json.dumps(metrics, indent=2))
-        partial = staging / (MANIFEST_FILE + ".partial")
-        partial.write_text(json.dumps({**manifest, "files": file_records(staging)}, indent=2))
-        os.rename(partial, staging / MANIFEST_FILE)
+        records = file_records(staging)
+        with atomic_path(staging / MANIFEST_FILE) as partial:
+            partial.write_text(json.dumps({**manifest, "files": records}, indent=2))
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yields a temporary path beside `path` to write; once the block succeeds it is renamed over `path`.
+
+    So `path` is absent, or holds the old or the new content whole, never half of it. The temporary file
+    sits in the same folder (a rename within one file system is atomic) and keeps the name's ending
+    (`.partial-scale.png`), so that writers that infer the format from the suffix (matplotlib) still
+    do; being hidden, it matches no `layer_*.parquet`-style pattern. An error removes it.
+    """
+    path = Path(path)
+    partial = path.with_name(PARTIAL_PREFIX + path.name)
+    try:
+        yield partial
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def _staging_folder(folder: Path) -> Iterator[Path]:
+    """Yields a new private folder beside `folder` (its stage's folder first cleared of abandoned ones).
+
+    What the caller does with it (rename, upload) happens inside the block; an error removes the folder.
+    """
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    ArtifactStore._remove_abandoned(folder.parent)
+    staging = folder.parent / _private_name(STAGING_PREFIX, folder.name)
+    staging.mkdir()
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def _private_name(prefix: str, key: str) -> str:
@@ -468,10 +499,7 @@ class ObjectArtifactStore(ArtifactStore):
         manifest_file = folder / MANIFEST_FILE
         if manifest_file.is_file() and json.loads(manifest_file.read_text()) == remote:
             return folder
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        ArtifactStore._remove_abandoned(folder.parent)
-        staging = folder.parent / _private_name(STAGING_PREFIX, key)
-        try:
+        with _staging_folder(folder) as staging:
             for name, record in remote["files"].items():
                 target = staging / name
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -481,9 +509,6 @@ class ObjectArtifactStore(ArtifactStore):
                                         f"manifest's; rebuild it with `sgt run stage={stage}`")
             (staging / MANIFEST_FILE).write_text(json.dumps(remote, indent=2))
             _replace_folder(staging, folder)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
         return folder
 
     @contextmanager
@@ -494,11 +519,7 @@ class ObjectArtifactStore(ArtifactStore):
         The uploaded folder then serves as the local copy.
         """
         folder = self.path(stage, key)
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        ArtifactStore._remove_abandoned(folder.parent)
-        staging = folder.parent / _private_name(STAGING_PREFIX, key)
-        staging.mkdir()
-        try:
+        with _staging_folder(folder) as staging:
             yield staging
             prefix = self._key_path(stage, key)
             if not replace and self.remote_manifest(stage, key) is not None and self.damage(stage, key) is None:
@@ -516,9 +537,6 @@ class ObjectArtifactStore(ArtifactStore):
                     self.fs.put_file(str(path), f"{prefix}/{path.relative_to(staging).as_posix()}")
             self.fs.put_file(str(manifest), f"{prefix}/{MANIFEST_FILE}")  # last: now the result is complete
             _replace_folder(staging, folder)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
 
 
 def _replace_folder(staging: Path, folder: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,7 +12,27 @@ import torch
 from sgt_core import kernels
 from sgt_core.artifacts import PACKAGE_ROOT, code_files, code_version, file_fingerprint, fingerprint
 from sgt_core.errors import ConfigError, DatasetError
+from sgt_core.estimate import outputs as estimate_outputs
+from sgt_core.export import outputs as export_outputs
+from sgt_core.train import outputs as train_outputs
 from sgt_core.train.device import resolve_device
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """What a finished stage hands its trackers, every file already resolved in its folder.
+
+    Attributes:
+        metrics: what the stage function returned (numbers, and a few words such as its device).
+        history: its per-epoch rows (each with an "epoch"), or None for a stage that has no epochs.
+        files: the files and folders of its result that its tracking run keeps a copy of.
+        out_dir: the local folder holding its complete result.
+    """
+
+    metrics: dict
+    history: list[dict] | None
+    files: tuple[Path, ...]
+    out_dir: Path
 
 
 @dataclass(frozen=True)
@@ -29,6 +50,9 @@ class Stage:
         upstream: stages whose artifacts it reads.
         kernel_device: where it runs the attention kernels, whose backend enters its cache key: "cpu", a
             `section.option` config path naming its device (auto/cpu/cuda), or None when it runs none.
+        history_file: its file of per-epoch rows, or None. Names come from the stage's `outputs` module,
+            where its files are declared once; the stage module itself is imported only when it runs.
+        logged: the files and folders of its result that a tracking run keeps a copy of when it computes.
     """
 
     name: str
@@ -36,6 +60,8 @@ class Stage:
     config_sections: tuple[str, ...]
     upstream: tuple[str, ...]
     kernel_device: str | None = None
+    history_file: str | None = None
+    logged: tuple[str, ...] = ()
 
     @property
     def module(self) -> str:
@@ -47,6 +73,12 @@ class Stage:
         module, _, name = self.function.partition(":")
         return getattr(importlib.import_module(module), name)(cfg, inputs, out_dir)
 
+    def result(self, out_dir: Path, metrics: dict) -> StageResult:
+        """What the stage's complete result in `out_dir`, with its metrics, gives its trackers."""
+        history = out_dir / self.history_file if self.history_file else None
+        return StageResult(metrics, json.loads(history.read_text()) if history and history.is_file() else None,
+                           tuple(out_dir / name for name in self.logged), out_dir)
+
     def code_files(self, root: Path = PACKAGE_ROOT) -> tuple[str, ...]:
         """The sources (paths relative to root's parent) whose content enters the stage's cache key."""
         return code_files(self.module, root)
@@ -55,10 +87,13 @@ class Stage:
 STAGES: tuple[Stage, ...] = (
     Stage("preprocess", "sgt_core.preprocess.stage:run_preprocess", ("dataset", "preprocess", "seed"), ()),
     Stage("estimate", "sgt_core.estimate.stage:run_estimate", ("estimator", "seed"), ("preprocess",),
-          kernel_device="cpu"),
-    Stage("export", "sgt_core.export.stage:run_export", ("export",), ("preprocess", "estimate")),
+          kernel_device="cpu", history_file=estimate_outputs.HISTORY_FILE,
+          logged=(estimate_outputs.ESTIMATOR_FILE,)),
+    Stage("export", "sgt_core.export.stage:run_export", ("export",), ("preprocess", "estimate"),
+          logged=(export_outputs.SCORES_DIR,)),
     Stage("train", "sgt_core.train.stage:run_train", ("model", "sampler", "optimizer", "train", "seed"),
-          ("preprocess", "export"), kernel_device="train.device"),
+          ("preprocess", "export"), kernel_device="train.device", history_file=train_outputs.HISTORY_FILE,
+          logged=(train_outputs.MODEL_FILE,)),
 )
 STAGE_BY_NAME = {stage.name: stage for stage in STAGES}
 

@@ -278,6 +278,18 @@ def test_the_defaults_of_hand_built_groups_are_confs():
             key: value for key, value in preprocess[name].items() if key != "enabled"}, name
 
 
+def test_the_network_groups_pass_their_networks_arguments_and_keep_their_training_ones():
+    from sgt_core.models import AttentionScoreEstimator, Spexphormer
+
+    config = validate_config(compose_config(["+experiment=all_components"]))
+    sizes = {"in_features": 3, "num_classes": 2, "num_edge_types": 4, "num_node_kinds": 3, "lpe_eigenpairs": 8}
+    estimator, model = config.estimator.network_arguments(), config.model.network_arguments()
+    assert estimator.keys().isdisjoint({"epochs", "lr", "weight_decay", "warmup_epochs", "temperature"})
+    assert "degrees" not in model and model["hidden"] == config.model.hidden
+    AttentionScoreEstimator(**sizes, **estimator)  # an unknown argument would raise TypeError
+    Spexphormer(**sizes, **model)
+
+
 def test_the_config_lists_match_the_code_they_name():
     from sgt_core.data.load import LOADERS
     from sgt_core.data.pyg import PYG_DATASETS

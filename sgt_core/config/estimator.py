@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sgt_core.config.network import NetworkConfig
 from sgt_core.config.section import BOOLEAN, FRACTION, NON_NEGATIVE, POSITIVE, Section, checked, integer
 
 
@@ -20,15 +21,15 @@ class TemperatureConfig(Section):
 
 
 @dataclass(frozen=True)
-class EstimatorConfig(Section):
+class EstimatorConfig(NetworkConfig):
     """`estimator` (Spexphormer section 4), trained on the full interaction graph on CPU.
 
-    `width` .. `memory_efficient` are `AttentionScoreEstimator`'s arguments of the same names; `lr` and
-    `weight_decay` its `AdamW`'s, `warmup_epochs` and `epochs` its `CosineWithWarmup`'s. The LPE's
-    sizes are checked with `preprocess.lpe` (`Config`), since they count only when it is on.
+    The network is `AttentionScoreEstimator`; `lr` and `weight_decay` are its `AdamW`'s arguments,
+    `warmup_epochs` and `epochs` its `CosineWithWarmup`'s.
     """
 
     PATH = "estimator"
+    TRAINING_FIELDS = ("epochs", "lr", "weight_decay", "warmup_epochs", "temperature")
 
     width: int = checked(integer(1))
     num_layers: int = checked(integer(1))

@@ -4,36 +4,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sgt_core.config.section import (
-    BOOLEAN,
-    PROBABILITY_BELOW_ONE,
-    Problem,
-    Rule,
-    Section,
-    checked,
-    integer,
-    is_int,
-)
-
-DEGREE_LIST: Rule = (lambda value: isinstance(value, list) and all(is_int(d) and d >= 1 for d in value),
-                     "must be a list of integers >= 1, one per layer")
+from sgt_core.config.network import NetworkConfig
+from sgt_core.config.section import BOOLEAN, PROBABILITY_BELOW_ONE, Problem, checked, integer, list_of
 
 
 @dataclass(frozen=True)
-class ModelConfig(Section):
-    """`model` (Spexphormer section 4): `Spexphormer`'s arguments of the same names, and `degrees`.
+class ModelConfig(NetworkConfig):
+    """`model` (Spexphormer section 4): the network is `Spexphormer`.
 
-    `degrees` is what `LayerSampler` draws per node in each layer (its argument of that name). The LPE's
-    sizes are checked with `preprocess.lpe` (`Config`), since they count only when it is on.
+    `degrees` is what `LayerSampler` draws per node in each layer (its argument of that name).
     """
 
     PATH = "model"
+    TRAINING_FIELDS = ("degrees",)
 
     hidden: int = checked(integer(1))
     num_layers: int = checked(integer(1))
     heads: int = checked(integer(1))
     dropout: float = checked(PROBABILITY_BELOW_ONE)
-    degrees: list[int] = checked(DEGREE_LIST)
+    degrees: list[int] = checked(list_of(integer(1), "integers >= 1, one per layer"))
     deepnorm: bool = checked(BOOLEAN)
     lpe_dim: int
     lpe_layers: int

@@ -13,6 +13,7 @@ from sgt_core.config.dataset import dataset_problems
 from sgt_core.config.estimator import EstimatorConfig
 from sgt_core.config.export import ExportConfig
 from sgt_core.config.model import ModelConfig
+from sgt_core.config.network import NetworkConfig
 from sgt_core.config.optimizer import AdamWConfig
 from sgt_core.config.orchestration import STAGE_NAMES, OrchestrationConfig
 from sgt_core.config.preprocess import PreprocessConfig
@@ -87,7 +88,7 @@ class Config(Section):
         return problems
 
 
-def _lpe_problems(network: EstimatorConfig | ModelConfig) -> list[Problem]:
+def _lpe_problems(network: NetworkConfig) -> list[Problem]:
     """A network's LPE sizes, read while `preprocess.lpe` is on: width 0 leaves the LPE out of it."""
     dim, layers, heads = network.lpe_dim, network.lpe_layers, network.lpe_heads
     if not (is_int(dim) and dim >= 0):

@@ -56,6 +56,13 @@ def number(low: float, high: float = math.inf, low_open: bool = False, high_open
     return check, f"must be a number in {interval}"
 
 
+def list_of(rule: Rule, items: str) -> Rule:
+    """A list whose every item passes `rule`; `items` says what they must be ("integers >= 1")."""
+    check_item, _ = rule
+    return ((lambda value: isinstance(value, list) and all(check_item(item) for item in value)),
+            f"must be a list of {items}")
+
+
 def one_of(*choices: str) -> Rule:
     return (lambda value: value in choices), f"expected one of {', '.join(choices)}"
 

@@ -20,23 +20,20 @@ from sgt_core.data.splits import check_split_index, stratified_split
 from sgt_core.data.validate import build_graph, check_labels
 from sgt_core.errors import ConfigError, DatasetError
 
-# Lower-cased config name -> (dataset class, the name that class expects, or None for single-graph classes).
-PYG_DATASETS: dict[str, tuple[type[InMemoryDataset], str | None]] = {
-    "cora": (Planetoid, "Cora"),
-    "citeseer": (Planetoid, "CiteSeer"),
-    "pubmed": (Planetoid, "PubMed"),
-    "minesweeper": (HeterophilousGraphDataset, "Minesweeper"),
-    "tolokers": (HeterophilousGraphDataset, "Tolokers"),
-    "roman-empire": (HeterophilousGraphDataset, "Roman-empire"),
-    "amazon-ratings": (HeterophilousGraphDataset, "Amazon-ratings"),
-    "questions": (HeterophilousGraphDataset, "Questions"),
-    "computers": (Amazon, "Computers"),
-    "photo": (Amazon, "Photo"),
-    "cs": (Coauthor, "CS"),
-    "physics": (Coauthor, "Physics"),
-    "wikics": (WikiCS, None),
+# Each dataset class and the names it serves, as it expects them; None for a class of one graph (WikiCS).
+DATASET_CLASSES: dict[type[InMemoryDataset], tuple[str | None, ...]] = {
+    Planetoid: ("Cora", "CiteSeer", "PubMed"),
+    HeterophilousGraphDataset: ("Minesweeper", "Tolokers", "Roman-empire", "Amazon-ratings", "Questions"),
+    Amazon: ("Computers", "Photo"),
+    Coauthor: ("CS", "Physics"),
+    WikiCS: (None,),
 }
-KNOWN_NAMES = ", ".join(name for _, name in PYG_DATASETS.values() if name) + ", WikiCS"
+# Lower-cased config name (a single graph's: its class's) -> (dataset class, the name that class expects).
+PYG_DATASETS: dict[str, tuple[type[InMemoryDataset], str | None]] = {
+    (name or dataset_class.__name__).lower(): (dataset_class, name)
+    for dataset_class, names in DATASET_CLASSES.items() for name in names
+}
+KNOWN_NAMES = ", ".join(name or dataset_class.__name__ for dataset_class, name in PYG_DATASETS.values())
 
 DEFAULT_SPLIT = {"train": 0.6, "val": 0.2, "test": 0.2}
 # What PyG writes beside the processed data: repr(pre_transform) and repr(pre_filter), which it compares on

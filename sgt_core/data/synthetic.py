@@ -6,16 +6,15 @@ import math
 from collections.abc import Mapping
 
 import numpy as np
-import torch
 from torch_geometric.data import Data
 
 from sgt_core.data.splits import check_split_fractions, stratified_split
-from sgt_core.data.validate import validate_graph
+from sgt_core.data.validate import build_graph
 from sgt_core.errors import ConfigError, DatasetError
 
-# Rounds of topping up edges lost to repeats and self-loops. The density cap in `_check_config` keeps every
-# class pair's pool of possible edges at most about half used, so one or two rounds suffice; the limit only
-# guards against an endless loop.
+# Rounds of topping up edges lost to repeats and self-loops. The density cap that `generate_synthetic` checks
+# keeps every class pair's pool of possible edges at most about half used, so one or two rounds suffice; the
+# limit only guards against an endless loop.
 MAX_DRAW_ROUNDS = 50
 
 
@@ -25,41 +24,6 @@ def _is_integer(value: object) -> bool:
 
 def _is_number(value: object) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float | np.number) and math.isfinite(value)
-
-
-def _check_config(
-    num_nodes: int,
-    avg_degree: float,
-    num_classes: int,
-    num_features: int,
-    homophily: float,
-    feature_signal: float,
-) -> None:
-    """Raises ConfigError, `dataset.<key>: <problem>`, for the first value outside its valid range."""
-    integer_minimums = (
-        ("num_nodes", num_nodes, 2),
-        ("num_classes", num_classes, 2),
-        ("num_features", num_features, 1),
-    )
-    for key, value, minimum in integer_minimums:
-        if not _is_integer(value) or value < minimum:
-            raise ConfigError(f"dataset.{key}: must be an integer >= {minimum}, found {value!r}")
-    if num_classes > num_nodes:
-        raise ConfigError(f"dataset.num_classes: must be at most num_nodes={num_nodes}, found {num_classes}")
-    if not _is_number(homophily) or not 0 <= homophily <= 1:
-        raise ConfigError(f"dataset.homophily: must be a number in [0, 1], found {homophily!r}")
-    if not _is_number(feature_signal) or feature_signal < 0:
-        raise ConfigError(f"dataset.feature_signal: must be a number >= 0, found {feature_signal!r}")
-    if not _is_number(avg_degree) or avg_degree < 0:
-        raise ConfigError(f"dataset.avg_degree: must be a number >= 0, found {avg_degree!r}")
-    # Edges are drawn at random and repeats dropped; past this density repeats would dominate (and a class
-    # pair's pool of possible edges could run out), so the graph would not have the requested edges.
-    max_degree = (num_nodes // num_classes - 1) / 2
-    if avg_degree > max_degree:
-        raise ConfigError(
-            f"dataset.avg_degree: must be at most {max_degree:g} with num_nodes={num_nodes} and "
-            f"num_classes={num_classes} (half the smallest class's size minus one), found {avg_degree!r}"
-        )
 
 
 def class_means(
@@ -241,7 +205,30 @@ def generate_synthetic(
         ConfigError: If a value or the split is invalid.
         DatasetError: If the graph is too small for every split to get a node.
     """
-    _check_config(num_nodes, avg_degree, num_classes, num_features, homophily, feature_signal)
+    integer_minimums = (
+        ("num_nodes", num_nodes, 2),
+        ("num_classes", num_classes, 2),
+        ("num_features", num_features, 1),
+    )
+    for key, value, minimum in integer_minimums:
+        if not _is_integer(value) or value < minimum:
+            raise ConfigError(f"dataset.{key}: must be an integer >= {minimum}, found {value!r}")
+    if num_classes > num_nodes:
+        raise ConfigError(f"dataset.num_classes: must be at most num_nodes={num_nodes}, found {num_classes}")
+    if not _is_number(homophily) or not 0 <= homophily <= 1:
+        raise ConfigError(f"dataset.homophily: must be a number in [0, 1], found {homophily!r}")
+    if not _is_number(feature_signal) or feature_signal < 0:
+        raise ConfigError(f"dataset.feature_signal: must be a number >= 0, found {feature_signal!r}")
+    if not _is_number(avg_degree) or avg_degree < 0:
+        raise ConfigError(f"dataset.avg_degree: must be a number >= 0, found {avg_degree!r}")
+    # Edges are drawn at random and repeats dropped; past this density repeats would dominate (and a class
+    # pair's pool of possible edges could run out), so the graph would not have the requested edges.
+    max_degree = (num_nodes // num_classes - 1) / 2
+    if avg_degree > max_degree:
+        raise ConfigError(
+            f"dataset.avg_degree: must be at most {max_degree:g} with num_nodes={num_nodes} and "
+            f"num_classes={num_classes} (half the smallest class's size minus one), found {avg_degree!r}"
+        )
     check_split_fractions(split)
     rng = np.random.default_rng(seed)
 
@@ -262,16 +249,5 @@ def generate_synthetic(
         f"synthetic generator (num_nodes={num_nodes}, avg_degree={avg_degree}, num_classes={num_classes}, "
         f"num_features={num_features}, homophily={homophily}, feature_signal={feature_signal}, seed={seed})"
     )
-    # The edges are symmetric, sorted and distinct by construction, so they are checked (ranges, masks,
-    # features) but not coalesced again: PyG's to_undirected on 10^8 edges costs more than generating them.
-    validate_graph(source, features, labels, edge_index, train_mask, val_mask, test_mask)
-    return Data(
-        x=torch.from_numpy(features),
-        y=torch.from_numpy(labels.astype(np.int64, copy=False)),
-        edge_index=torch.from_numpy(edge_index),
-        train_mask=torch.from_numpy(train_mask),
-        val_mask=torch.from_numpy(val_mask),
-        test_mask=torch.from_numpy(test_mask),
-        num_classes=num_classes,
-        source=source,
-    )
+    # The edges are symmetric, sorted and distinct by construction: checked, not coalesced again.
+    return build_graph(source, features, labels, edge_index, train_mask, val_mask, test_mask, coalesced=True)

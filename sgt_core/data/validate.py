@@ -178,7 +178,7 @@ def check_masks(source: str, masks: dict[str, np.ndarray], num_nodes: int) -> No
                 )
 
 
-def validate_graph(
+def build_graph(
     source: str,
     x: ArrayLike,
     y: ArrayLike,
@@ -186,17 +186,27 @@ def validate_graph(
     train_mask: ArrayLike,
     val_mask: ArrayLike,
     test_mask: ArrayLike,
-) -> None:
-    """Checks a graph's arrays against the contract of `sgt_core.data`.
+    coalesced: bool = False,
+) -> Data:
+    """Checks a graph's arrays against the contract of `sgt_core.data` and returns them as a `Data` object.
+
+    Edges are made undirected (both directions present) with self-loops and duplicates removed, so loaders
+    may pass each undirected edge once, or a directed adjacency.
 
     Args:
-        source: File path or description named in error messages.
+        source: File path or description; stored as `data.source` and named in error messages.
         x: Node features [N, F], numeric, finite and within float32's range.
         y: Class labels [N], whole non-negative numbers.
-        edge_index: Edges [2, E], integer node ids in [0, N).
+        edge_index: Edges [2, E], integer node ids in [0, N), in one or both directions.
         train_mask: Boolean [N], its nodes of at least two classes.
         val_mask: Boolean [N].
         test_mask: Boolean [N].
+        coalesced: the edges already hold both directions of each edge, sorted by (source, target), with no
+            self-loops or duplicates (as the synthetic generator makes them): they are checked (node ids)
+            and kept as they are, since PyG's to_undirected on 10^8 edges costs more than generating them.
+
+    Returns:
+        The graph with x float32, y int64, edge_index int64, bool masks, `num_classes` and `source`.
 
     Raises:
         DatasetError: At the first problem found, naming the source, what was expected and what was found;
@@ -210,52 +220,20 @@ def validate_graph(
     masks = dict(zip(SPLIT_NAMES, (_to_numpy(train_mask), _to_numpy(val_mask), _to_numpy(test_mask))))
     check_masks(source, masks, num_nodes)
     check_train_classes(source, y, masks["train"])
-
-
-def build_graph(
-    source: str,
-    x: ArrayLike,
-    y: ArrayLike,
-    edge_index: ArrayLike,
-    train_mask: ArrayLike,
-    val_mask: ArrayLike,
-    test_mask: ArrayLike,
-) -> Data:
-    """Validates a graph's arrays and returns them as a `Data` object that meets the contract.
-
-    Edges are made undirected (both directions present) with self-loops and duplicates removed, so loaders
-    may pass each undirected edge once, or a directed adjacency.
-
-    Args:
-        source: File path or description; stored as `data.source` and named in error messages.
-        x: Node features [N, F].
-        y: Class labels [N].
-        edge_index: Edges [2, E], in one or both directions.
-        train_mask: Boolean [N].
-        val_mask: Boolean [N].
-        test_mask: Boolean [N].
-
-    Returns:
-        The graph with x float32, y int64, edge_index int64, bool masks, `num_classes` and `source`.
-
-    Raises:
-        DatasetError: If any array breaks the contract.
-    """
-    validate_graph(source, x, y, edge_index, train_mask, val_mask, test_mask)
-    x_tensor = torch.as_tensor(_to_numpy(x)).to(torch.float32)
-    y_tensor = torch.as_tensor(_to_numpy(y)).to(torch.int64)
-    num_nodes = x_tensor.shape[0]
-    edges = torch.as_tensor(_to_numpy(edge_index)).to(torch.int64)
-    edges, _ = remove_self_loops(edges)
-    edges = to_undirected(edges, num_nodes=num_nodes)  # also sorts and removes duplicates
-    masks = [torch.as_tensor(_to_numpy(mask)).to(torch.bool) for mask in (train_mask, val_mask, test_mask)]
+    x_tensor = torch.as_tensor(x).to(torch.float32)
+    y_tensor = torch.as_tensor(y).to(torch.int64)
+    edges = torch.as_tensor(edge_index).to(torch.int64)
+    if not coalesced:
+        edges, _ = remove_self_loops(edges)
+        edges = to_undirected(edges, num_nodes=num_nodes)  # also sorts and removes duplicates
+    train, val, test = (torch.as_tensor(masks[name]).to(torch.bool) for name in SPLIT_NAMES)
     return Data(
         x=x_tensor,
         y=y_tensor,
         edge_index=edges,
-        train_mask=masks[0],
-        val_mask=masks[1],
-        test_mask=masks[2],
+        train_mask=train,
+        val_mask=val,
+        test_mask=test,
         num_classes=int(y_tensor.max()) + 1,
         source=source,
     )

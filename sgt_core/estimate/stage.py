@@ -5,14 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from sgt_core.artifacts import read_upstream
+from sgt_core.artifacts import atomic_path, read_upstream
 from sgt_core.config.estimator import EstimatorConfig
 from sgt_core.estimate.outputs import ESTIMATOR_FILE, HISTORY_FILE, SCORES_FILE
 from sgt_core.metrics import UNDEFINED, evaluate, metric_name, splits_without_metric
@@ -29,13 +28,6 @@ log = logging.getLogger(__name__)
 
 
 
-def save_atomically(tensor: torch.Tensor, path: Path) -> None:
-    """torch.save through a temporary file, so `path` always holds one whole tensor."""
-    partial = path.with_name(path.name + ".partial")
-    torch.save(tensor, partial)
-    os.replace(partial, path)
-
-
 def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, float]:
     """Trains the estimator on CPU and saves the best epoch's scores ([L, E] float32) and weights."""
     seed_everything(cfg["seed"])
@@ -46,17 +38,8 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
     metric = metric_name(graph.num_classes)
     undefined = splits_without_metric(graph.y, {"val": graph.val_mask, "test": graph.test_mask},
                                       graph.num_classes, "estimate")
-    model = AttentionScoreEstimator(
-        **graph.model_input_sizes(),  # features, classes, edge types, node kinds, SPD, LPE and token sizes
-        width=estimator.width,
-        num_layers=estimator.num_layers,
-        layer_norm=estimator.layer_norm,
-        logit_clip=estimator.logit_clip,
-        lpe_dim=estimator.lpe_dim,
-        lpe_layers=estimator.lpe_layers,
-        lpe_heads=estimator.lpe_heads,
-        memory_efficient=estimator.memory_efficient,
-    )
+    # The graph's sizes (features, classes, edge types, node kinds, SPD, LPE and tokens) and the group's.
+    model = AttentionScoreEstimator(**graph.model_input_sizes(), **estimator.network_arguments())
     model.start_at_prior(torch.bincount(graph.y[graph.train_mask], minlength=graph.num_classes))
     # The LPE and substructure-token inputs; None where the component is off.
     extras = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"))
@@ -71,7 +54,7 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
                                     edge_type=graph.edge_type.new_empty(0), edge_spd=graph.edge_spd.new_empty(0))
 
     def forward(tau: float) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        return model(graph.x, graph.node_kind, edges.edge_index, edges.edge_type, tau, edges.edge_spd, extras, edges)
+        return model(graph.x, graph.node_kind, edges, tau, extras)
 
     optimizer = AdamW(model.parameters(), lr=estimator.lr, weight_decay=estimator.weight_decay)
     scheduler = CosineWithWarmup(optimizer, warmup_epochs=estimator.warmup_epochs, epochs=estimator.epochs)
@@ -108,8 +91,10 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
                 "state": {k: v.detach().clone() for k, v in model.state_dict().items()},
             }
             # On disk at once rather than a second [L, E] copy in memory until the end: that copy would be
-            # 4 bytes per edge and layer for the whole run, the file costs a write per better epoch.
-            save_atomically(torch.stack([s.detach().float() for s in layer_scores]), out_dir / SCORES_FILE)
+            # 4 bytes per edge and layer for the whole run, the file costs a write per better epoch. Through
+            # a temporary file, so that the file always holds one whole tensor.
+            with atomic_path(out_dir / SCORES_FILE) as partial:
+                torch.save(torch.stack([s.detach().float() for s in layer_scores]), partial)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

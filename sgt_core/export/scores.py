@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +10,7 @@ import pyarrow.parquet as pq
 import torch
 from torch import Tensor
 
+from sgt_core.artifacts import atomic_path
 from sgt_core.errors import SGTError
 
 COLUMN_DTYPES = {"src": np.int64, "dst": np.int64, "score": np.float32}  # what the reader takes, as NumPy
@@ -90,8 +90,8 @@ def write_attention_scores(
             positions, kept_scores = top_candidates(scores, ptr, max_candidates_per_node)
         rows = kept_scores.numel()
         path = out_dir / f"layer_{layer}.parquet"
-        partial = path.with_suffix(".parquet.partial")
-        with pq.ParquetWriter(partial, SCHEMA, compression="zstd") as writer:
+        # readers never see a half-written file
+        with atomic_path(path) as partial, pq.ParquetWriter(partial, SCHEMA, compression="zstd") as writer:
             for start in range(0, rows, WRITE_ROW_GROUP):
                 end = min(rows, start + WRITE_ROW_GROUP)
                 edges = slice(start, end) if positions is None else positions[start:end]
@@ -102,7 +102,6 @@ def write_attention_scores(
                     pa.DictionaryArray.from_arrays(pa.array(edge_type[edges].numpy().astype(np.int8)), names),
                     pa.array(kept_scores[start:end].numpy()),
                 ], schema=SCHEMA))
-        os.replace(partial, path)  # readers never see a half-written file
         paths.append(path)
     return paths
 

@@ -153,6 +153,29 @@ void sum_blocks(const scalar_t* partial, int64_t blocks, int64_t size, scalar_t*
   });
 }
 
+// Sweep 1 of a backward pass: row(i, part_scale, part_bias) for every row i in [0, rows), where each block of
+// ROWS_PER_BLOCK rows adds its edge-type gradient terms into a zeroed partial table of its own (`table` values:
+// `scale_size` of E, then B's); then the blocks' tables are summed in order into grad_edge_scale and
+// grad_edge_bias, so that the sums do not depend on the threads.
+template <typename scalar_t, typename Row>
+void rows_into_code_gradients(int64_t rows, int64_t table, int64_t scale_size, scalar_t* grad_edge_scale,
+                              scalar_t* grad_edge_bias, const Row& row) {
+  const int64_t blocks = (rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+  Tensor partial_t = at::zeros({std::max<int64_t>(blocks, 1), table}, c10::CppTypeToScalarType<scalar_t>::value);
+  scalar_t* partial = partial_t.data_ptr<scalar_t>();
+  parallel_dynamic(blocks, 1, [&](int64_t block_begin, int64_t block_end) {
+    for (int64_t b = block_begin; b < block_end; b++) {
+      scalar_t *part_scale = partial + b * table, *part_bias = part_scale + scale_size;
+      const int64_t end = std::min((b + 1) * ROWS_PER_BLOCK, rows);
+      for (int64_t i = b * ROWS_PER_BLOCK; i < end; i++) row(i, part_scale, part_bias);
+    }
+  });
+  std::vector<scalar_t> totals(table);
+  sum_blocks(partial, blocks, table, totals.data());
+  std::copy(totals.begin(), totals.begin() + scale_size, grad_edge_scale);
+  std::copy(totals.begin() + scale_size, totals.end(), grad_edge_bias);
+}
+
 // Counting sort: groups `count` items by key in [0, n). Items with key k are order[ptr[k] .. ptr[k+1]),
 // in ascending item order. The caller has checked the keys.
 std::tuple<Tensor, Tensor> group_by(const int64_t* key, int64_t count, int64_t n) {
@@ -308,57 +331,44 @@ void edge_backward_kernel(int64_t num_nodes, int64_t d, int64_t num_codes, const
                           scalar_t* grad_edge_scale, scalar_t* grad_edge_bias, scalar_t* edge_terms) {
   const scalar_t scale = scalar_t(1) / std::sqrt(static_cast<scalar_t>(d));
   const int64_t num_edges = ptr[num_nodes];
-  const int64_t blocks = (num_nodes + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
-  const int64_t table = num_codes * (d + 1);  // E rows, then B
-  Tensor partial_t = at::zeros({std::max<int64_t>(blocks, 1), table}, c10::CppTypeToScalarType<scalar_t>::value);
-  scalar_t* partial = partial_t.data_ptr<scalar_t>();
 
-  // Sweep 1, over destinations: d loss / d logit per edge, then queries and edge-type terms.
-  parallel_dynamic(blocks, 1, [&](int64_t block_begin, int64_t block_end) {
-    for (int64_t b = block_begin; b < block_end; b++) {
-      scalar_t *part_scale = partial + b * table, *part_bias = part_scale + num_codes * d;
-      const int64_t end = std::min((b + 1) * ROWS_PER_BLOCK, num_nodes);
-      for (int64_t i = b * ROWS_PER_BLOCK; i < end; i++) {
-        const scalar_t *q = query_grad + i * 2 * d, *go = q + d;
-        scalar_t* gq = grad_query + i * d;
-        // softmax backward: expected = sum_e a_e g_e, with g_e = d loss / d a_e; g_e waits in the first
-        // slot of the edge's pair
-        scalar_t expected = 0;
-        for (int64_t e = ptr[i]; e < ptr[i + 1]; e++) {
-          if (e + PREFETCH_EDGES < num_edges) {
-            __builtin_prefetch(key_value + static_cast<int64_t>(src[e + PREFETCH_EDGES]) * 2 * d);
-          }
-          const scalar_t* v = key_value + static_cast<int64_t>(src[e]) * 2 * d + d;
-          scalar_t g = grad_scores ? grad_scores[e] : scalar_t(0);
-#pragma omp simd reduction(+ : g)
-          for (int64_t t = 0; t < d; t++) g += go[t] * v[t];
-          edge_terms[2 * e] = g;
-          expected += scores[e] * g;
-        }
-        for (int64_t t = 0; t < d; t++) gq[t] = 0;
-        for (int64_t e = ptr[i]; e < ptr[i + 1]; e++) {
-          scalar_t* terms = edge_terms + 2 * e;
-          // gradient of the bias term B_c; the clip passes none outside (-clip, clip)
-          const scalar_t g_bias = inside[e] ? scores[e] * (terms[0] - expected) / temperature : scalar_t(0);
-          const scalar_t g_raw = g_bias * scale;
-          terms[0] = g_raw;
-          terms[1] = scores[e];
-          const scalar_t *k = key_value + static_cast<int64_t>(src[e]) * 2 * d, *es = edge_scale + code[e] * d;
-          scalar_t* ps = part_scale + code[e] * d;
-#pragma omp simd
-          for (int64_t t = 0; t < d; t++) {
-            gq[t] += g_raw * k[t] * es[t];
-            ps[t] += g_raw * q[t] * k[t];
-          }
-          part_bias[code[e]] += g_bias;
-        }
+  // Sweep 1, over destinations: d loss / d logit per edge, then queries and edge-type terms (E rows, then B).
+  rows_into_code_gradients(num_nodes, num_codes * (d + 1), num_codes * d, grad_edge_scale, grad_edge_bias,
+                           [&](int64_t i, scalar_t* part_scale, scalar_t* part_bias) {
+    const scalar_t *q = query_grad + i * 2 * d, *go = q + d;
+    scalar_t* gq = grad_query + i * d;
+    // softmax backward: expected = sum_e a_e g_e, with g_e = d loss / d a_e; g_e waits in the first
+    // slot of the edge's pair
+    scalar_t expected = 0;
+    for (int64_t e = ptr[i]; e < ptr[i + 1]; e++) {
+      if (e + PREFETCH_EDGES < num_edges) {
+        __builtin_prefetch(key_value + static_cast<int64_t>(src[e + PREFETCH_EDGES]) * 2 * d);
       }
+      const scalar_t* v = key_value + static_cast<int64_t>(src[e]) * 2 * d + d;
+      scalar_t g = grad_scores ? grad_scores[e] : scalar_t(0);
+#pragma omp simd reduction(+ : g)
+      for (int64_t t = 0; t < d; t++) g += go[t] * v[t];
+      edge_terms[2 * e] = g;
+      expected += scores[e] * g;
+    }
+    for (int64_t t = 0; t < d; t++) gq[t] = 0;
+    for (int64_t e = ptr[i]; e < ptr[i + 1]; e++) {
+      scalar_t* terms = edge_terms + 2 * e;
+      // gradient of the bias term B_c; the clip passes none outside (-clip, clip)
+      const scalar_t g_bias = inside[e] ? scores[e] * (terms[0] - expected) / temperature : scalar_t(0);
+      const scalar_t g_raw = g_bias * scale;
+      terms[0] = g_raw;
+      terms[1] = scores[e];
+      const scalar_t *k = key_value + static_cast<int64_t>(src[e]) * 2 * d, *es = edge_scale + code[e] * d;
+      scalar_t* ps = part_scale + code[e] * d;
+#pragma omp simd
+      for (int64_t t = 0; t < d; t++) {
+        gq[t] += g_raw * k[t] * es[t];
+        ps[t] += g_raw * q[t] * k[t];
+      }
+      part_bias[code[e]] += g_bias;
     }
   });
-  std::vector<scalar_t> totals(table);
-  sum_blocks(partial, blocks, table, totals.data());
-  std::copy(totals.begin(), totals.begin() + num_codes * d, grad_edge_scale);
-  std::copy(totals.begin() + num_codes * d, totals.end(), grad_edge_bias);
 
   // Sweep 2, over sources: keys and values gather from the edges leaving them, whose terms are in order;
   // the one random access per edge is the destination's [Q_i | dL/d out_i] row.
@@ -530,58 +540,46 @@ void slot_backward_kernel(int64_t num_queries, int64_t num_keys, int64_t deg, in
                           scalar_t* grad_edge_scale, scalar_t* grad_edge_bias, scalar_t* slot_grad) {
   const int64_t dh = hidden / heads;
   const scalar_t scale = scalar_t(1) / std::sqrt(static_cast<scalar_t>(dh));
-  const int64_t blocks = (num_queries + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
-  const int64_t table = num_codes * (hidden + heads);  // E rows, then B rows
-  Tensor partial_t = at::zeros({std::max<int64_t>(blocks, 1), table}, c10::CppTypeToScalarType<scalar_t>::value);
-  scalar_t* partial = partial_t.data_ptr<scalar_t>();
 
-  // Sweep 1, over query rows: d loss / d logit per slot and head, then queries and edge-type terms.
-  parallel_dynamic(blocks, 1, [&](int64_t block_begin, int64_t block_end) {
-    for (int64_t b = block_begin; b < block_end; b++) {
-      scalar_t *part_scale = partial + b * table, *part_bias = part_scale + num_codes * hidden;
-      const int64_t end = std::min((b + 1) * ROWS_PER_BLOCK, num_queries);
-      for (int64_t i = b * ROWS_PER_BLOCK; i < end; i++) {
-        const scalar_t *q = query + i * hidden, *go = grad_out + i * hidden;
-        const scalar_t* a = attention + i * deg * heads;
-        scalar_t *sg = slot_grad + i * deg * heads, *gq = grad_query + i * hidden;
-        for (int64_t t = 0; t < hidden; t++) gq[t] = 0;
-        for (int64_t h = 0; h < heads; h++) {
-          const scalar_t* goh = go + h * dh;
-          scalar_t expected = 0;
-          for (int64_t m = 0; m < deg; m++) {  // d loss / d weight, and the softmax's expectation
-            const scalar_t* v = key_value + neighbours[i * deg + m] * 2 * hidden + hidden + h * dh;
-            scalar_t g = 0;
+  // Sweep 1, over query rows: d loss / d logit per slot and head, then queries and edge-type terms (E rows,
+  // then B rows).
+  rows_into_code_gradients(num_queries, num_codes * (hidden + heads), num_codes * hidden, grad_edge_scale,
+                           grad_edge_bias, [&](int64_t i, scalar_t* part_scale, scalar_t* part_bias) {
+    const scalar_t *q = query + i * hidden, *go = grad_out + i * hidden;
+    const scalar_t* a = attention + i * deg * heads;
+    scalar_t *sg = slot_grad + i * deg * heads, *gq = grad_query + i * hidden;
+    for (int64_t t = 0; t < hidden; t++) gq[t] = 0;
+    for (int64_t h = 0; h < heads; h++) {
+      const scalar_t* goh = go + h * dh;
+      scalar_t expected = 0;
+      for (int64_t m = 0; m < deg; m++) {  // d loss / d weight, and the softmax's expectation
+        const scalar_t* v = key_value + neighbours[i * deg + m] * 2 * hidden + hidden + h * dh;
+        scalar_t g = 0;
 #pragma omp simd reduction(+ : g)
-            for (int64_t t = 0; t < dh; t++) g += goh[t] * v[t];
-            sg[m * heads + h] = g;
-            expected += a[m * heads + h] * g;
-          }
-          for (int64_t m = 0; m < deg; m++) {
-            const int64_t slot = i * deg + m;
-            const scalar_t w = a[m * heads + h];
-            const scalar_t g_logit = w * (sg[m * heads + h] - expected);  // masked slots: w = 0
-            const scalar_t g_raw = g_logit * scale;
-            sg[m * heads + h] = g_raw;
-            if (w == 0) continue;
-            const scalar_t* k = key_value + neighbours[slot] * 2 * hidden + h * dh;
-            const scalar_t* es = edge_scale + code[slot] * hidden + h * dh;
-            const scalar_t* qh = q + h * dh;
-            scalar_t *gqh = gq + h * dh, *ps = part_scale + code[slot] * hidden + h * dh;
+        for (int64_t t = 0; t < dh; t++) g += goh[t] * v[t];
+        sg[m * heads + h] = g;
+        expected += a[m * heads + h] * g;
+      }
+      for (int64_t m = 0; m < deg; m++) {
+        const int64_t slot = i * deg + m;
+        const scalar_t w = a[m * heads + h];
+        const scalar_t g_logit = w * (sg[m * heads + h] - expected);  // masked slots: w = 0
+        const scalar_t g_raw = g_logit * scale;
+        sg[m * heads + h] = g_raw;
+        if (w == 0) continue;
+        const scalar_t* k = key_value + neighbours[slot] * 2 * hidden + h * dh;
+        const scalar_t* es = edge_scale + code[slot] * hidden + h * dh;
+        const scalar_t* qh = q + h * dh;
+        scalar_t *gqh = gq + h * dh, *ps = part_scale + code[slot] * hidden + h * dh;
 #pragma omp simd
-            for (int64_t t = 0; t < dh; t++) {
-              gqh[t] += g_raw * k[t] * es[t];
-              ps[t] += g_raw * qh[t] * k[t];
-            }
-            part_bias[code[slot] * heads + h] += g_logit;
-          }
+        for (int64_t t = 0; t < dh; t++) {
+          gqh[t] += g_raw * k[t] * es[t];
+          ps[t] += g_raw * qh[t] * k[t];
         }
+        part_bias[code[slot] * heads + h] += g_logit;
       }
     }
   });
-  std::vector<scalar_t> totals(table);
-  sum_blocks(partial, blocks, table, totals.data());
-  std::copy(totals.begin(), totals.begin() + num_codes * hidden, grad_edge_scale);
-  std::copy(totals.begin() + num_codes * hidden, totals.end(), grad_edge_bias);
 
   // Sweep 2, over key rows: keys and values gather from the slots that point at them.
   parallel_dynamic(num_keys, 64, [&](int64_t begin, int64_t end) {
@@ -809,6 +807,26 @@ std::tuple<Tensor, Tensor, Tensor> edge_attention_autograd(
   return {outputs[0], outputs[1], outputs[2]};
 }
 
+// The end of both slot operators' forward passes: keeps `saved` and the head count for the backward pass,
+// which takes no gradient of the attention weights.
+variable_list keep_for_slot_backward(AutogradContext* ctx, const variable_list& saved, int64_t heads,
+                                     const Tensor& out, const Tensor& attention) {
+  ctx->save_for_backward(saved);
+  ctx->saved_data["heads"] = heads;
+  ctx->mark_non_differentiable({attention});
+  return {out, attention};
+}
+
+// sgt::slot_attention_backward with the head count that `keep_for_slot_backward` kept.
+std::tuple<Tensor, Tensor, Tensor, Tensor> slot_gradients(AutogradContext* ctx, const Tensor& grad_out,
+                                                          const Tensor& query, const Tensor& key_value,
+                                                          const Tensor& edge_scale, const Tensor& neighbours,
+                                                          const Tensor& code, const Tensor& attention) {
+  static auto backward_op = operator_handle<SlotBackward>("sgt::slot_attention_backward");
+  return backward_op.call(grad_out.contiguous(), query, key_value, edge_scale, neighbours, code, attention,
+                          ctx->saved_data["heads"].toInt());
+}
+
 // Between the passes it keeps the attention weights (H values per slot) besides the inputs.
 struct SlotAttention : public torch::autograd::Function<SlotAttention> {
   static variable_list forward(AutogradContext* ctx, const Tensor& query, const Tensor& key_value,
@@ -817,18 +835,14 @@ struct SlotAttention : public torch::autograd::Function<SlotAttention> {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     static auto forward_op = operator_handle<SlotForward>("sgt::slot_attention");
     auto [out, attention] = forward_op.call(query, key_value, edge_scale, edge_bias, neighbours, code, mask, heads);
-    ctx->save_for_backward({query, key_value, edge_scale, neighbours, code, attention});
-    ctx->saved_data["heads"] = heads;
-    ctx->mark_non_differentiable({attention});
-    return {out, attention};
+    return keep_for_slot_backward(ctx, {query, key_value, edge_scale, neighbours, code, attention}, heads, out,
+                                  attention);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    static auto backward_op = operator_handle<SlotBackward>("sgt::slot_attention_backward");
     const variable_list saved = ctx->get_saved_variables();
     auto [grad_query, grad_key_value, grad_edge_scale, grad_edge_bias] =
-        backward_op.call(grads[0].contiguous(), saved[0], saved[1], saved[2], saved[3], saved[4], saved[5],
-                         ctx->saved_data["heads"].toInt());
+        slot_gradients(ctx, grads[0], saved[0], saved[1], saved[2], saved[3], saved[4], saved[5]);
     return {grad_query, grad_key_value, grad_edge_scale, grad_edge_bias, Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
@@ -864,20 +878,17 @@ struct ProjectedSlotAttention : public torch::autograd::Function<ProjectedSlotAt
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [out, attention] = projected_slot_attention(query_x, key_x, query_weight, query_bias, kv_weight, kv_bias,
                                                      edge_scale, edge_bias, neighbours, code, mask, heads);
-    ctx->save_for_backward(
-        {query_x, key_x, query_weight, query_bias, kv_weight, kv_bias, edge_scale, neighbours, code, attention});
-    ctx->saved_data["heads"] = heads;
-    ctx->mark_non_differentiable({attention});
-    return {out, attention};
+    return keep_for_slot_backward(
+        ctx, {query_x, key_x, query_weight, query_bias, kv_weight, kv_bias, edge_scale, neighbours, code, attention},
+        heads, out, attention);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    static auto backward_op = operator_handle<SlotBackward>("sgt::slot_attention_backward");
     const variable_list saved = ctx->get_saved_variables();
     const Tensor &query_x = saved[0], &key_x = saved[1], &query_weight = saved[2], &kv_weight = saved[4];
-    auto [grad_query, grad_key_value, grad_edge_scale, grad_edge_bias] = backward_op.call(
-        grads[0].contiguous(), at::linear(query_x, query_weight, saved[3]), at::linear(key_x, kv_weight, saved[5]),
-        saved[6], saved[7], saved[8], saved[9], ctx->saved_data["heads"].toInt());
+    auto [grad_query, grad_key_value, grad_edge_scale, grad_edge_bias] = slot_gradients(
+        ctx, grads[0], at::linear(query_x, query_weight, saved[3]), at::linear(key_x, kv_weight, saved[5]),
+        saved[6], saved[7], saved[8], saved[9]);
     return {grad_query.mm(query_weight), grad_key_value.mm(kv_weight), grad_query.t().mm(query_x),
             grad_query.sum(0), grad_key_value.t().mm(key_x), grad_key_value.sum(0), grad_edge_scale, grad_edge_bias,
             Tensor(), Tensor(), Tensor(), Tensor()};

@@ -12,36 +12,21 @@ from sgt_core.models.node_encoder import NodeEncoder, NodeExtras
 class EstimatorLayer(nn.Module):
     """Attention and a feed-forward block, each with a residual and (optionally) a pre-norm layer norm."""
 
-    def __init__(
-        self,
-        width: int,
-        num_edge_types: int,
-        layer_norm: bool,
-        logit_clip: float,
-        num_spd_buckets: int = 0,
-        memory_efficient: bool = False,
-    ) -> None:
+    def __init__(self, attention: EstimatorAttention, layer_norm: bool) -> None:
         super().__init__()
-        self.attention = EstimatorAttention(width, num_edge_types, logit_clip, num_spd_buckets, memory_efficient)
+        width = attention.width
+        self.attention = attention
         self.feed_forward = nn.Sequential(nn.Linear(width, 2 * width), nn.ReLU(), nn.Linear(2 * width, width))
         # Layer norm keeps the scores meaningful across layers (Spexphormer D.1); an ablation removes it.
         self.norm_attention = nn.LayerNorm(width) if layer_norm else nn.Identity()
         self.norm_feed_forward = nn.LayerNorm(width) if layer_norm else nn.Identity()
 
-    def forward(
-        self,
-        h: Tensor,
-        edge_index: Tensor,
-        edge_type: Tensor,
-        temperature: float,
-        edge_spd: Tensor | None = None,
-        edges: AttentionEdges | None = None,
-    ) -> tuple[Tensor, Tensor]:
+    def forward(self, h: Tensor, edges: AttentionEdges, temperature: float) -> tuple[Tensor, Tensor]:
         # Pre-norm: at width 4, normalising the residual stream itself (post-norm) leaves only ~2 degrees
         # of freedom per node and the estimator barely learns (Minesweeper val ROC-AUC 0.60 against 0.89
         # at width 8); normalising only each block's input keeps the layer norm the paper asks for.
         attended, scores = self.attention(
-            self.norm_attention(h), edge_index, edge_type, temperature, edge_spd, edges
+            self.norm_attention(h), edges.edge_index, edges.edge_type, temperature, edges.edge_spd, edges
         )
         h = h + attended
         h = h + self.feed_forward(self.norm_feed_forward(h))
@@ -55,48 +40,29 @@ class AttentionScoreEstimator(nn.Module):
     wide network's layer l. No dropout (Spexphormer D.1).
 
     Args:
-        in_features: node feature width F.
         num_classes: output classes.
         width: hidden width (4 or 8).
         num_layers: attention layers L.
         num_edge_types: edge types of the interaction graph.
-        num_node_kinds: node kinds (real, virtual, ...); added nodes get a learned embedding.
         layer_norm: use layer norm in each layer.
         logit_clip: clip the tempered logits to +-logit_clip.
         num_spd_buckets: SPD buckets of anchor/k-hop edges (0: no SPD terms), see `EstimatorAttention`.
-        lpe_eigenpairs, lpe_dim, lpe_layers, lpe_heads: SAN's LPE on the input (0: off), see `NodeEncoder`.
-        token_size, num_token_types: the substructure token encoder (0: no tokens), see `NodeEncoder`.
+        memory_efficient: attend through the fused operator, see `EstimatorAttention`.
+        encoder: the input layer's arguments but its width, passed on to `NodeEncoder`: the feature width
+            `in_features`, `num_node_kinds`, and the sizes of SAN's LPE and of the substructure tokens.
 
     Shapes:
-        x [N, F], node_kind [N], edge_index [2, E], edge_type [E], edge_spd [E] or None
-        -> logits [N, C], L score tensors [E]. Index tensors may be int64 or the compact dtypes
-        `InteractionGraph.load(..., compact=True)` gives.
+        x [N, F], node_kind [N], edges over N nodes (`prepare`'s) -> logits [N, C], L score tensors [E].
     """
 
-    def __init__(
-        self,
-        in_features: int,
-        num_classes: int,
-        width: int,
-        num_layers: int,
-        num_edge_types: int,
-        num_node_kinds: int,
-        layer_norm: bool = True,
-        logit_clip: float = 8.0,
-        num_spd_buckets: int = 0,
-        lpe_eigenpairs: int = 0,
-        lpe_dim: int = 0,
-        lpe_layers: int = 1,
-        lpe_heads: int = 1,
-        token_size: int = 0,
-        num_token_types: int = 0,
-        memory_efficient: bool = False,
-    ) -> None:
+    def __init__(self, num_classes: int, width: int, num_layers: int, num_edge_types: int, layer_norm: bool = True,
+                 logit_clip: float = 8.0, num_spd_buckets: int = 0, memory_efficient: bool = False,
+                 **encoder: int) -> None:
         super().__init__()
-        self.encoder = NodeEncoder(in_features, width, num_node_kinds, lpe_eigenpairs, lpe_dim, lpe_layers,
-                                   lpe_heads, token_size, num_token_types)
+        self.encoder = NodeEncoder(hidden=width, **encoder)
         self.layers = nn.ModuleList(
-            EstimatorLayer(width, num_edge_types, layer_norm, logit_clip, num_spd_buckets, memory_efficient)
+            EstimatorLayer(EstimatorAttention(width, num_edge_types, logit_clip, num_spd_buckets, memory_efficient),
+                           layer_norm)
             for _ in range(num_layers)
         )
         self.final_norm = nn.LayerNorm(width) if layer_norm else nn.Identity()
@@ -117,25 +83,20 @@ class AttentionScoreEstimator(nn.Module):
         self.head.bias.copy_(log_prior - log_prior.mean())
 
     def prepare(self, edge_index: Tensor, edge_type: Tensor, edge_spd: Tensor | None, num_nodes: int) -> AttentionEdges:
-        """The graph's edges as every layer reads them; a caller that runs many epochs prepares them once."""
+        """The graph's edges as every layer reads them, once per graph rather than per layer and epoch.
+
+        Args:
+            edge_index: [2, E] (src, dst) sorted by dst; edge_type [E]; edge_spd [E] or None. Index tensors
+                may be int64 or the compact dtypes `InteractionGraph.load(..., compact=True)` gives.
+            num_nodes: N.
+        """
         return self.layers[0].attention.prepare(edge_index, edge_type, edge_spd, num_nodes)
 
-    def forward(
-        self,
-        x: Tensor,
-        node_kind: Tensor,
-        edge_index: Tensor,
-        edge_type: Tensor,
-        temperature: float = 1.0,
-        edge_spd: Tensor | None = None,
-        extras: NodeExtras | None = None,
-        edges: AttentionEdges | None = None,
-    ) -> tuple[Tensor, list[Tensor]]:
+    def forward(self, x: Tensor, node_kind: Tensor, edges: AttentionEdges, temperature: float = 1.0,
+                extras: NodeExtras | None = None) -> tuple[Tensor, list[Tensor]]:
         h = self.encoder(x, node_kind, extras)  # [N, width]
-        if edges is None:
-            edges = self.prepare(edge_index, edge_type, edge_spd, h.shape[0])
         layer_scores = []
         for layer in self.layers:
-            h, scores = layer(h, edge_index, edge_type, temperature, edge_spd, edges)
+            h, scores = layer(h, edges, temperature)
             layer_scores.append(scores)
         return self.head(self.final_norm(h)), layer_scores

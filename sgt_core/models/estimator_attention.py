@@ -44,7 +44,49 @@ class AttentionEdges:
     compact: CompactEdges | None
 
 
-class EstimatorAttention(nn.Module):
+class EdgeTypedAttention(nn.Module):
+    """The parameters both attentions share: query, key, value and output projections, and edge-type terms.
+
+    E_t scales the keys and B_t adds to the logits, a row per edge type t; with `num_spd_buckets` > 1,
+    E^spd_b and B^spd_b add to them for shortest-path-distance bucket b > 0, with rows for buckets 1.. only:
+    bucket 0 (no encoding) is a fixed zero. E starts at one, B, E^spd and B^spd at zero.
+
+    Args:
+        width: feature width (the heads side by side).
+        bias_width: columns of B and B^spd: one per head.
+        num_edge_types: edge types t (rows of E and B).
+        num_spd_buckets: SPD buckets b = 0..num_spd_buckets-1 (0 or 1: no SPD terms).
+        value_scale: a learned scale s of the values, starting at sqrt(width) (the estimator's).
+    """
+
+    def __init__(self, width: int, bias_width: int, num_edge_types: int, num_spd_buckets: int,
+                 value_scale: bool = False) -> None:
+        super().__init__()
+        self.width = width
+        self.query = nn.Linear(width, width)
+        self.key = nn.Linear(width, width)
+        self.value = nn.Linear(width, width)
+        self.edge_scale = nn.Embedding(num_edge_types, width)  # E_t
+        self.edge_bias = nn.Embedding(num_edge_types, bias_width)  # B_t
+        spd_rows = num_spd_buckets - 1
+        self.spd_scale = nn.Parameter(torch.empty(spd_rows, width)) if spd_rows > 0 else None  # E^spd_b
+        self.spd_bias = nn.Parameter(torch.empty(spd_rows, bias_width)) if spd_rows > 0 else None  # B^spd_b
+        self.value_scale = nn.Parameter(torch.empty(())) if value_scale else None  # s
+        self.out = nn.Linear(width, width)
+
+    def reset_parameters(self) -> None:
+        for linear in (self.query, self.key, self.value, self.out):
+            linear.reset_parameters()
+        nn.init.ones_(self.edge_scale.weight)
+        nn.init.zeros_(self.edge_bias.weight)
+        if self.spd_scale is not None:
+            nn.init.zeros_(self.spd_scale)
+            nn.init.zeros_(self.spd_bias)
+        if self.value_scale is not None:
+            nn.init.constant_(self.value_scale, math.sqrt(self.width))
+
+
+class EstimatorAttention(EdgeTypedAttention):
     r"""One-head sparse attention with edge-type terms, normalised values and a temperature.
 
     Spexphormer (Shirzad et al., 2024), section 4. For an edge j -> i of type t:
@@ -83,34 +125,12 @@ class EstimatorAttention(nn.Module):
         num_spd_buckets: int = 0,
         memory_efficient: bool = False,
     ) -> None:
-        super().__init__()
-        self.memory_efficient = memory_efficient
         if not 0 < logit_clip <= MAX_LOGIT_CLIP:
             raise ValueError(f"logit_clip must be in (0, {MAX_LOGIT_CLIP}], got {logit_clip}")
-        self.width = width
+        super().__init__(width, 1, num_edge_types, num_spd_buckets, value_scale=True)
+        self.memory_efficient = memory_efficient
         self.logit_clip = logit_clip
-        self.query = nn.Linear(width, width)
-        self.key = nn.Linear(width, width)
-        self.value = nn.Linear(width, width)
-        self.edge_scale = nn.Embedding(num_edge_types, width)  # E_t
-        self.edge_bias = nn.Embedding(num_edge_types, 1)  # B_t
-        # Rows for buckets 1.. only: bucket 0 (no encoding) is a fixed zero.
-        spd_rows = num_spd_buckets - 1
-        self.spd_scale = nn.Parameter(torch.empty(spd_rows, width)) if spd_rows > 0 else None  # E^spd_b
-        self.spd_bias = nn.Parameter(torch.empty(spd_rows, 1)) if spd_rows > 0 else None  # B^spd_b
-        self.value_scale = nn.Parameter(torch.empty(()))  # s
-        self.out = nn.Linear(width, width)
         self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        for linear in (self.query, self.key, self.value, self.out):
-            linear.reset_parameters()
-        nn.init.ones_(self.edge_scale.weight)
-        nn.init.zeros_(self.edge_bias.weight)
-        if self.spd_scale is not None:
-            nn.init.zeros_(self.spd_scale)
-            nn.init.zeros_(self.spd_bias)
-        nn.init.constant_(self.value_scale, math.sqrt(self.width))
 
     def prepare(self, edge_index: Tensor, edge_type: Tensor, edge_spd: Tensor | None, num_nodes: int) -> AttentionEdges:
         """The `AttentionEdges` of a graph for this layer and every layer configured like it.

@@ -154,37 +154,6 @@ def _operators():
     return ops
 
 
-def projected_slot_attention(
-    query_x: Tensor,
-    key_x: Tensor,
-    query_weight: Tensor,
-    query_bias: Tensor,
-    kv_weight: Tensor,
-    kv_bias: Tensor,
-    edge_scale: Tensor,
-    edge_bias: Tensor,
-    neighbours: Tensor,
-    code: Tensor,
-    mask: Tensor,
-    heads: int,
-) -> Tensor:
-    """`fused_slot_attention` of the projections query_x W_Q^T + b_Q and key_x W_KV^T + b_KV.
-
-    Args:
-        query_x: float [Q, D] query rows; key_x: float [K, D] key rows (may be the same tensor).
-        query_weight [D, D], query_bias [D]; kv_weight [2D, D], kv_bias [2D]: keys then values.
-        The rest as in `fused_slot_attention`.
-
-    Returns:
-        float [Q, D], the heads side by side (before the output projection).
-    """
-    out, _attention = _operators().projected_slot_attention(
-        query_x.contiguous(), key_x.contiguous(), query_weight, query_bias, kv_weight, kv_bias,
-        edge_scale.contiguous(), edge_bias.contiguous(), neighbours.contiguous(), code.contiguous(),
-        mask.contiguous(), heads)
-    return out
-
-
 def fused_slot_attention(
     query: Tensor,
     key_value: Tensor,
@@ -194,6 +163,7 @@ def fused_slot_attention(
     code: Tensor,
     mask: Tensor,
     heads: int,
+    projections: tuple[Tensor, Tensor, Tensor, Tensor] | None = None,
 ) -> Tensor:
     r"""Multi-head attention of each query row over its `deg` sampled slots: for slot j of code c, head h,
 
@@ -207,11 +177,21 @@ def fused_slot_attention(
         neighbours: int64 [Q, deg] rows of key_value; code: int64 [Q, deg] in [0, C).
         mask: bool [Q, deg] real (True) or padding (False) slots; a row without any gives zeros.
         heads: H (D divisible by H).
+        projections: (query_weight [D, D], query_bias [D], kv_weight [2D, D], kv_bias [2D]), the keys'
+            rows of kv_weight and kv_bias first. With them, `query` and `key_value` are the rows before
+            projection, float [Q, D] and [K, D] (may be the same tensor), which the operator projects as
+            query W_Q^T + b_Q and key_value W_KV^T + b_KV (`sgt::projected_slot_attention`): its backward
+            pass recomputes the projections instead of keeping them.
 
     Returns:
         float [Q, D], the heads side by side (before the output projection).
     """
-    out, _attention = _operators().slot_attention(
-        query.contiguous(), key_value.contiguous(), edge_scale.contiguous(), edge_bias.contiguous(),
-        neighbours.contiguous(), code.contiguous(), mask.contiguous(), heads)
+    # what both operators take after the rows (and the projections)
+    operands = (edge_scale.contiguous(), edge_bias.contiguous(), neighbours.contiguous(), code.contiguous(),
+                mask.contiguous(), heads)
+    if projections is None:
+        out, _attention = _operators().slot_attention(query.contiguous(), key_value.contiguous(), *operands)
+    else:
+        out, _attention = _operators().projected_slot_attention(query.contiguous(), key_value.contiguous(),
+                                                                *projections, *operands)
     return out

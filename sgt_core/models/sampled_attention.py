@@ -5,18 +5,19 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from sgt_core.models.estimator_attention import (
+    EdgeTypedAttention,
     code_tables,
     edge_codes,
     one_hot_code_tables,
     type_and_distance_code,
 )
-from sgt_core.models.fused_slot_attention import projected_slot_attention
+from sgt_core.models.fused_slot_attention import fused_slot_attention
 
 
-class SampledAttention(nn.Module):
+class SampledAttention(EdgeTypedAttention):
     r"""Fixed-degree attention of the wide Spexphormer network (section 4, "Fixed Node Degree Layers").
 
     Every query node i has exactly `deg` sampled neighbours, so keys and values are gathered into dense
@@ -47,30 +48,11 @@ class SampledAttention(nn.Module):
     """
 
     def __init__(self, hidden: int, heads: int, num_edge_types: int, num_spd_buckets: int = 0) -> None:
-        super().__init__()
         if hidden % heads:
             raise ValueError(f"hidden width {hidden} is not divisible by {heads} heads")
+        super().__init__(hidden, heads, num_edge_types, num_spd_buckets)  # E's heads side by side, B per head
         self.hidden, self.heads, self.head_dim = hidden, heads, hidden // heads
-        self.query = nn.Linear(hidden, hidden)
-        self.key = nn.Linear(hidden, hidden)
-        self.value = nn.Linear(hidden, hidden)
-        self.edge_scale = nn.Embedding(num_edge_types, hidden)  # E_t, all heads side by side
-        self.edge_bias = nn.Embedding(num_edge_types, heads)  # B_t, one per head
-        # Rows for buckets 1.. only: bucket 0 (no encoding) is a fixed zero.
-        spd_rows = num_spd_buckets - 1
-        self.spd_scale = nn.Parameter(torch.empty(spd_rows, hidden)) if spd_rows > 0 else None  # E^spd_b
-        self.spd_bias = nn.Parameter(torch.empty(spd_rows, heads)) if spd_rows > 0 else None  # B^spd_b
-        self.out = nn.Linear(hidden, hidden)
         self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        for linear in (self.query, self.key, self.value, self.out):
-            linear.reset_parameters()
-        nn.init.ones_(self.edge_scale.weight)
-        nn.init.zeros_(self.edge_bias.weight)
-        if self.spd_scale is not None:
-            nn.init.zeros_(self.spd_scale)
-            nn.init.zeros_(self.spd_bias)
 
     def forward(
         self,
@@ -87,8 +69,8 @@ class SampledAttention(nn.Module):
         code = type_and_distance_code(neighbour_type, neighbour_spd, self.spd_scale).long()  # [Q, deg]
         scale, bias = code_tables(self.edge_scale.weight, self.edge_bias.weight,
                                   self.spd_scale if neighbour_spd is not None else None, self.spd_bias)  # [C, D], [C, H]
-        out = projected_slot_attention(query_x, key_x, self.query.weight, self.query.bias, kv_weight, kv_bias,
-                                       scale, bias, neighbours, code, neighbour_mask, self.heads)  # [Q, D]
+        out = fused_slot_attention(query_x, key_x, scale, bias, neighbours, code, neighbour_mask, self.heads,
+                                   projections=(self.query.weight, self.query.bias, kv_weight, kv_bias))  # [Q, D]
         return self.out(out)
 
     def forward_full(

@@ -22,18 +22,11 @@ class SpexphormerLayer(nn.Module):
     stacks train stably.
     """
 
-    def __init__(
-        self,
-        hidden: int,
-        heads: int,
-        num_edge_types: int,
-        dropout: float,
-        num_spd_buckets: int = 0,
-        deepnorm: bool = False,
-        num_layers: int = 1,
-    ) -> None:
+    def __init__(self, attention: SampledAttention, dropout: float, deepnorm: bool = False,
+                 num_layers: int = 1) -> None:
         super().__init__()
-        self.attention = SampledAttention(hidden, heads, num_edge_types, num_spd_buckets)
+        hidden = attention.hidden
+        self.attention = attention
         self.feed_forward = FeedForward(hidden, dropout)
         self.dropout = Dropout(dropout)
         if deepnorm:
@@ -84,48 +77,28 @@ class Spexphormer(nn.Module):
     """The wide network (Spexphormer section 4): several heads, fixed degree per layer, batch norm.
 
     Args:
-        in_features: node feature width F.
         num_classes: output classes.
         hidden: hidden width D.
         num_layers: attention layers L (as many as the estimator).
         heads: attention heads.
         num_edge_types: edge types of the interaction graph.
-        num_node_kinds: node kinds (real, virtual, ...); added nodes get a learned embedding.
         dropout: dropout probability.
         deepnorm: DeepNorm residuals (DeepGraph) instead of batch norm, for deep stacks.
         num_spd_buckets: SPD buckets of anchor/k-hop edges (0: no SPD terms), see `SampledAttention`.
-        lpe_eigenpairs, lpe_dim, lpe_layers, lpe_heads: SAN's LPE on the input (0: off), see `NodeEncoder`.
-        token_size, num_token_types: the substructure token encoder (0: no tokens), see `NodeEncoder`.
+        encoder: the input layer's arguments but its width, as in `AttentionScoreEstimator`.
 
     Shapes:
         x [N0, F], node_kind [N0] and extras for the first layer's input rows; `layers` maps them down to
         the last layer's queries -> logits [Q_L, C].
     """
 
-    def __init__(
-        self,
-        in_features: int,
-        num_classes: int,
-        hidden: int,
-        num_layers: int,
-        heads: int,
-        num_edge_types: int,
-        num_node_kinds: int,
-        dropout: float = 0.0,
-        deepnorm: bool = False,
-        num_spd_buckets: int = 0,
-        lpe_eigenpairs: int = 0,
-        lpe_dim: int = 0,
-        lpe_layers: int = 1,
-        lpe_heads: int = 1,
-        token_size: int = 0,
-        num_token_types: int = 0,
-    ) -> None:
+    def __init__(self, num_classes: int, hidden: int, num_layers: int, heads: int, num_edge_types: int,
+                 dropout: float = 0.0, deepnorm: bool = False, num_spd_buckets: int = 0, **encoder: int) -> None:
         super().__init__()
-        self.encoder = NodeEncoder(in_features, hidden, num_node_kinds, lpe_eigenpairs, lpe_dim, lpe_layers,
-                                   lpe_heads, token_size, num_token_types)
+        self.encoder = NodeEncoder(hidden=hidden, **encoder)
         self.layers = nn.ModuleList(
-            SpexphormerLayer(hidden, heads, num_edge_types, dropout, num_spd_buckets, deepnorm, num_layers)
+            SpexphormerLayer(SampledAttention(hidden, heads, num_edge_types, num_spd_buckets), dropout, deepnorm,
+                             num_layers)
             for _ in range(num_layers)
         )
         self.head = nn.Linear(hidden, num_classes)

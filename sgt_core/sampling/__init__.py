@@ -1,13 +1,5 @@
 """Per-layer neighbour sampling from attention scores (Spexphormer Algorithms 1 and 2)."""
 
-from sgt_core.sampling.reservoir import (
-    SAMPLERS,
-    TRAIN_SAMPLERS,
-    LayerSampler,
-    sample_batch_layers,
-    sample_full_graph_layers,
-    sample_layer,
-    sample_neighbours,
-)
+from sgt_core.sampling.reservoir import SAMPLERS, TRAIN_SAMPLERS, LayerSampler, sample_neighbours
 
-__all__ = ["SAMPLERS", "TRAIN_SAMPLERS", "LayerSampler", "sample_batch_layers", "sample_full_graph_layers", "sample_layer", "sample_neighbours"]
+__all__ = ["SAMPLERS", "TRAIN_SAMPLERS", "LayerSampler", "sample_neighbours"]

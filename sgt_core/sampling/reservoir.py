@@ -103,110 +103,6 @@ def _sampling_keys(weights: Tensor, method: str, generator: torch.Generator | No
     return (uniform.log() / weights).clamp_min(torch.finfo(weights.dtype).min)
 
 
-def sample_layer(
-    edge_index: Tensor,
-    edge_type: Tensor,
-    ptr: Tensor,
-    scores: Tensor,
-    degree: int,
-    *,
-    nodes: Tensor | None = None,
-    method: str = "reservoir",
-    generator: torch.Generator | None = None,
-    edge_spd: Tensor | None = None,
-) -> tuple[Tensor, Tensor, Tensor | None, Tensor]:
-    """Samples one layer for `nodes` (default all).
-
-    Returns:
-        Global neighbour ids, edge types, SPD buckets (None without `edge_spd`) and mask, each [Q, deg].
-    """
-    edges, mask = sample_neighbours(ptr, scores, degree, nodes=nodes, method=method, generator=generator)
-    safe_edges = edges.clamp_min(0)  # [Q, deg] masked slots point at edge 0 and are ignored through the mask
-    # int64 per slot, whatever the graph holds (a compact graph's int32 / int8 / int16): slots are few
-    spd = edge_spd[safe_edges].long() if edge_spd is not None else None  # [Q, deg]
-    return edge_index[0][safe_edges].long(), edge_type[safe_edges].long(), spd, mask
-
-
-def sample_full_graph_layers(
-    edge_index: Tensor,
-    edge_type: Tensor,
-    ptr: Tensor,
-    layer_scores: Tensor,
-    degrees: list[int],
-    *,
-    method: str = "reservoir",
-    generator: torch.Generator | None = None,
-    edge_spd: Tensor | None = None,
-) -> list[SampledLayer]:
-    """Samples every layer's graph for all nodes at once (full-graph training and inference).
-
-    Args:
-        edge_index: int64 [2, E] (src, dst) sorted by dst.
-        edge_type: int64 [E].
-        ptr: int64 [N+1] CSR pointer over dst.
-        layer_scores: float [L, E] attention scores of each layer.
-        degrees: deg_l per layer.
-        edge_spd: int64 [E] SPD buckets, carried into each slot (None: no SPD encoding).
-    """
-    all_nodes = torch.arange(ptr.numel() - 1, device=edge_index.device)
-    layers = []
-    for scores, degree in zip(layer_scores, degrees):
-        neighbours, types, spd, mask = sample_layer(
-            edge_index, edge_type, ptr, scores, degree, method=method, generator=generator, edge_spd=edge_spd
-        )
-        layers.append(SampledLayer(all_nodes, neighbours, types, mask, spd))
-    return layers
-
-
-def sample_batch_layers(
-    edge_index: Tensor,
-    edge_type: Tensor,
-    ptr: Tensor,
-    layer_scores: Tensor,
-    degrees: list[int],
-    targets: Tensor,
-    *,
-    method: str = "reservoir",
-    generator: torch.Generator | None = None,
-    edge_spd: Tensor | None = None,
-) -> tuple[Tensor, list[SampledLayer]]:
-    """Layer-wise neighbourhood sampling for a batch of target nodes (Spexphormer Algorithm 2).
-
-    Working backwards from the last layer: the queries of layer l are the nodes layer l+1 needs
-    (the targets for l = L); each samples deg_l neighbours, and the layer's input node set is the union
-    of queries and sampled neighbours. Only those nodes are computed, so a batch costs at most
-    |B| * prod(deg_l + 1) node updates however large the graph is.
-
-    Returns:
-        input_nodes: int64 [N_1] global ids of the first layer's input rows (sorted).
-        layers: per layer, a SampledLayer in the local row numbering of that layer's input; the last
-            layer's output rows are the targets, in the order given.
-    """
-    needed = targets  # global ids of the rows layer l must output, V^(l+1)
-    layers: list[SampledLayer] = []
-    # By index: reversed() on a tensor is flip(0), a copy of every layer's scores for every batch.
-    for layer in reversed(range(len(degrees))):
-        scores, degree = layer_scores[layer], degrees[layer]
-        neighbours, types, spd, mask = sample_layer(
-            edge_index, edge_type, ptr, scores, degree, nodes=needed, method=method, generator=generator,
-            edge_spd=edge_spd,
-        )
-        # Masked slots point at the query itself, so every id below is in the layer's node set.
-        neighbours = torch.where(mask, neighbours, needed.unsqueeze(1))  # [Q, deg]
-        # V^(l) = Q^(l) ∪ K^(l); torch.unique sorts, so searchsorted maps global ids to local rows.
-        inputs = torch.unique(torch.cat([needed, neighbours.flatten()]))  # [N_l]
-        layers.append(SampledLayer(
-            queries=torch.searchsorted(inputs, needed),  # [Q]
-            neighbours=torch.searchsorted(inputs, neighbours),  # [Q, deg]
-            neighbour_type=types,
-            neighbour_mask=mask,
-            neighbour_spd=spd,
-        ))
-        needed = inputs
-    layers.reverse()
-    return needed, layers
-
-
 class LayerSampler:
     """Holds a graph and its per-layer scores; samples full-graph layers or a batch's layers on demand.
 
@@ -227,19 +123,63 @@ class LayerSampler:
         self.layer_scores, self.degrees, self.method, self.generator = layer_scores, list(degrees), method, generator
         self._full_layer: FullLayer | None = None
 
+    def layer(self, scores: Tensor, degree: int,
+              nodes: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None, Tensor]:
+        """Samples one layer, `degree` neighbours weighted by `scores` [E], for `nodes` (default all).
+
+        Returns:
+            Global neighbour ids, edge types, SPD buckets (None without `edge_spd`) and mask, each [Q, deg].
+        """
+        edges, mask = sample_neighbours(self.ptr, scores, degree, nodes=nodes, method=self.method,
+                                        generator=self.generator)
+        safe_edges = edges.clamp_min(0)  # [Q, deg] masked slots point at edge 0 and are ignored through the mask
+        # int64 per slot, whatever the graph holds (a compact graph's int32 / int8 / int16): slots are few
+        spd = self.edge_spd[safe_edges].long() if self.edge_spd is not None else None  # [Q, deg]
+        return self.edge_index[0][safe_edges].long(), self.edge_type[safe_edges].long(), spd, mask
+
     def full(self) -> list[SampledLayer | FullLayer]:
+        """Every layer's graph for all nodes at once (full-graph training and inference)."""
         if self.method == "full":
             if self._full_layer is None:  # int64 edges, as the full-graph attention takes them: built once
                 spd = self.edge_spd.long() if self.edge_spd is not None else None
                 self._full_layer = FullLayer(self.edge_index.long(), self.edge_type.long(), self.ptr.diff(), spd)
             return [self._full_layer] * len(self.degrees)
-        return sample_full_graph_layers(
-            self.edge_index, self.edge_type, self.ptr, self.layer_scores, self.degrees,
-            method=self.method, generator=self.generator, edge_spd=self.edge_spd,
-        )
+        all_nodes = torch.arange(self.ptr.numel() - 1, device=self.edge_index.device)
+        layers: list[SampledLayer | FullLayer] = []
+        for scores, degree in zip(self.layer_scores, self.degrees):
+            neighbours, types, spd, mask = self.layer(scores, degree)
+            layers.append(SampledLayer(all_nodes, neighbours, types, mask, spd))
+        return layers
 
     def batch(self, targets: Tensor) -> tuple[Tensor, list[SampledLayer]]:
-        return sample_batch_layers(
-            self.edge_index, self.edge_type, self.ptr, self.layer_scores, self.degrees, targets,
-            method=self.method, generator=self.generator, edge_spd=self.edge_spd,
-        )
+        """Layer-wise neighbourhood sampling for a batch of target nodes (Spexphormer Algorithm 2).
+
+        Working backwards from the last layer: the queries of layer l are the nodes layer l+1 needs
+        (the targets for l = L); each samples deg_l neighbours, and the layer's input node set is the union
+        of queries and sampled neighbours. Only those nodes are computed, so a batch costs at most
+        |B| * prod(deg_l + 1) node updates however large the graph is.
+
+        Returns:
+            input_nodes: int64 [N_1] global ids of the first layer's input rows (sorted).
+            layers: per layer, a SampledLayer in the local row numbering of that layer's input; the last
+                layer's output rows are the targets, in the order given.
+        """
+        needed = targets  # global ids of the rows layer l must output, V^(l+1)
+        layers: list[SampledLayer] = []
+        # By index: reversed() on a tensor is flip(0), a copy of every layer's scores for every batch.
+        for layer in reversed(range(len(self.degrees))):
+            neighbours, types, spd, mask = self.layer(self.layer_scores[layer], self.degrees[layer], nodes=needed)
+            # Masked slots point at the query itself, so every id below is in the layer's node set.
+            neighbours = torch.where(mask, neighbours, needed.unsqueeze(1))  # [Q, deg]
+            # V^(l) = Q^(l) ∪ K^(l); torch.unique sorts, so searchsorted maps global ids to local rows.
+            inputs = torch.unique(torch.cat([needed, neighbours.flatten()]))  # [N_l]
+            layers.append(SampledLayer(
+                queries=torch.searchsorted(inputs, needed),  # [Q]
+                neighbours=torch.searchsorted(inputs, neighbours),  # [Q, deg]
+                neighbour_type=types,
+                neighbour_mask=mask,
+                neighbour_spd=spd,
+            ))
+            needed = inputs
+        layers.reverse()
+        return needed, layers

@@ -65,7 +65,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from sgt_core.artifacts import ArtifactError
+from sgt_core.artifacts import ArtifactError, atomic_path
 from sgt_core.errors import ConfigError, DatasetError, SGTError
 from sgt_core.numerics import NonFiniteLossError
 from sgt_core.train.sync_batch_norm import SyncBatchNorm1d
@@ -404,9 +404,8 @@ def main(argv: list[str]) -> None:
         metrics = rank_main(spec["config"], {name: Path(path) for name, path in spec["inputs"].items()},
                             Path(spec["out_dir"]))
         if rank == 0:
-            partial = launch_file.parent / f"{RESULT_FILE}.partial"
-            partial.write_text(json.dumps(metrics))
-            partial.replace(launch_file.parent / RESULT_FILE)
+            with atomic_path(launch_file.parent / RESULT_FILE) as partial:
+                partial.write_text(json.dumps(metrics))
     except BaseException as error:  # noqa: BLE001 - every failure is reported to the stage's process
         report = {"rank": rank, "type": type(error).__name__, "message": str(error),
                   "traceback": traceback.format_exc()}

@@ -70,17 +70,8 @@ class WideNetworkTraining:
         sampler = LayerSampler(graph.edge_index.to(device), graph.edge_type.to(device), graph.ptr.to(device),
                                layer_scores.to(device), degrees=network.degrees, method=sampling.method,
                                generator=generator, edge_spd=edge_spd)
-        model = Spexphormer(
-            **graph.model_input_sizes(),  # features, classes, edge types, node kinds, SPD, LPE and token sizes
-            hidden=network.hidden,
-            num_layers=network.num_layers,
-            heads=network.heads,
-            dropout=network.dropout,
-            deepnorm=network.deepnorm,
-            lpe_dim=network.lpe_dim,
-            lpe_layers=network.lpe_layers,
-            lpe_heads=network.lpe_heads,
-        ).to(device)
+        # The graph's sizes (features, classes, edge types, node kinds, SPD, LPE and tokens) and the group's.
+        model = Spexphormer(**graph.model_input_sizes(), **network.network_arguments()).to(device)
         adamw = AdamW(model.parameters(), lr=optimizer.lr, weight_decay=optimizer.weight_decay,
                       betas=tuple(optimizer.betas), eps=optimizer.eps)
         return cls(x, node_kind, y, extras, sampler, model, adamw, generator, train.batch_size)
@@ -124,23 +115,16 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
     """
     if world_size(cfg["train"]) > 1:
         return launch(run_rank, cfg, inputs, out_dir)
-    seed_everything(cfg["seed"])
-    device = resolve_device(TrainConfig.from_dict(cfg["train"]).device)
-    graph, layer_scores = _read_inputs(cfg, inputs)
+    device, graph, layer_scores = _start(cfg, inputs)
     log.info("training the wide network on %s", device)
     return _fit(cfg, graph, layer_scores, device, out_dir)
 
 
 def run_rank(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, float | str]:
     """One rank of a distributed run, under torchrun: joins the process group and trains its share."""
-    seed_everything(cfg["seed"])  # every rank builds the same initial network
-    device = resolve_device(TrainConfig.from_dict(cfg["train"]).device)
-    if device.type == "cuda":  # one GPU per local rank
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        torch.cuda.set_device(device)
+    device, graph, layer_scores = _start(cfg, inputs, local_rank=int(os.environ.get("LOCAL_RANK", "0")))
     ranks = Ranks.join(cfg, device)
     try:
-        graph, layer_scores = _read_inputs(cfg, inputs)
         log.info("training the wide network on %d processes (%s backend), rank 0 on %s", ranks.world,
                  dist.get_backend(), device)
         metrics = _fit(cfg, graph, layer_scores, device, out_dir, ranks)
@@ -148,6 +132,22 @@ def run_rank(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, flo
         return metrics
     finally:
         ranks.leave()
+
+
+def _start(cfg: dict, inputs: dict[str, Path],
+           local_rank: int | None = None) -> tuple[torch.device, InteractionGraph, torch.Tensor]:
+    """What the stage and every rank do first: seed, choose the device, read the inputs (`_read_inputs`).
+
+    Every rank seeds alike, so all build the same initial network. With `local_rank` (a rank of a
+    distributed run), CUDA means that GPU: one per local rank.
+    """
+    seed_everything(cfg["seed"])
+    device = resolve_device(TrainConfig.from_dict(cfg["train"]).device)
+    if local_rank is not None and device.type == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    graph, layer_scores = _read_inputs(cfg, inputs)
+    return device, graph, layer_scores
 
 
 def _read_inputs(cfg: dict, inputs: dict[str, Path]) -> tuple[InteractionGraph, torch.Tensor]:

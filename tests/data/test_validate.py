@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sgt_core.data.npz import load_npz
-from sgt_core.data.validate import build_graph, validate_graph
+from sgt_core.data.validate import build_graph
 from sgt_core.errors import ConfigError, DatasetError
 
 
@@ -271,16 +271,27 @@ def test_loading_writes_nothing(tmp_path):
     assert sorted(tmp_path.rglob("*")) == before
 
 
-def test_validate_graph_accepts_tensors_and_names_the_source():
+def test_build_graph_accepts_tensors_and_names_the_source():
     x, y = torch.zeros(4, 2), torch.tensor([0, 1, 0, 1])
     edge_index = torch.tensor([[0, 1], [1, 2]])
     masks = [torch.tensor(m, dtype=torch.bool) for m in ([1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1])]
-    validate_graph("toy", x, y, edge_index, *masks)
+    build_graph("toy", x, y, edge_index, *masks)
     expected = r"^toy: edge_index must have shape \[2, E\], found shape \(2, 2, 1\)"
     with pytest.raises(DatasetError, match=expected):
-        validate_graph("toy", x, y, edge_index[..., None], *masks)
+        build_graph("toy", x, y, edge_index[..., None], *masks)
     with pytest.raises(DatasetError, match=r"^toy: val mask must be boolean \(or 0/1\), found dtype float32"):
-        validate_graph("toy", x, y, edge_index, masks[0], masks[1].float(), masks[2])
+        build_graph("toy", x, y, edge_index, masks[0], masks[1].float(), masks[2])
+
+
+def test_coalesced_edges_are_checked_and_kept_as_given():
+    x, y = np.zeros((4, 2), dtype=np.float32), np.array([0, 1, 0, 1])
+    masks = [np.array(m, dtype=bool) for m in ([1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1])]
+    edge_index = np.array([[0, 1, 1, 2], [1, 0, 2, 1]])
+    graph = build_graph("toy", x, y, edge_index, *masks, coalesced=True)
+    assert graph.edge_index.tolist() == edge_index.tolist() and graph.num_classes == 2
+    assert np.shares_memory(graph.x.numpy(), x)  # no copy of a float32 graph's features
+    with pytest.raises(DatasetError, match=r"^toy: edges reference node 4 but the graph has 4 nodes"):
+        build_graph("toy", x, y, np.array([[0, 4], [4, 0]]), *masks, coalesced=True)
 
 
 def test_build_graph_meets_the_contract():

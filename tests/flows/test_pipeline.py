@@ -8,9 +8,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from flows.pipeline import sgt_pipeline
+from flows.tracking import PLOTS_DIR, Tracker
 from sgt_core.artifacts import METRICS_FILE
 from sgt_core.config import STAGE_NAMES
-from sgt_core.train.outputs import HISTORY_FILE
+from sgt_core.pipeline import STAGE_BY_NAME
+from sgt_core.train.outputs import HISTORY_FILE, MODEL_FILE
 from tests.conftest import TINY_OVERRIDES
 
 
@@ -126,3 +128,30 @@ def test_multirun_over_seeds_summarises(prefect_server, tmp_path, capsys):
     experiment = client.get_experiment_by_name("sgt-minesweeper")
     parents = client.search_runs([experiment.experiment_id], "tags.`sgt.stage` = 'pipeline'")
     assert sorted(run.data.params["seed"] for run in parents) == ["0", "1"]
+
+
+def test_computing_runs_log_the_files_their_stage_declares(pipeline):
+    _, first, client, _ = pipeline
+    for name, run in children(client, first["run_id"]).items():
+        logged = {artifact.path for artifact in client.list_artifacts(run.info.run_id)} - {PLOTS_DIR}
+        assert logged == set(STAGE_BY_NAME[name].logged), name
+
+
+def test_a_failed_background_upload_fails_the_pipeline(pipeline, monkeypatch):
+    run, first, client, _ = pipeline
+
+    def full_disk(*_):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(Tracker, "log_figures", full_disk)  # runs on the logging thread, after train returned
+    with pytest.raises(OSError, match="No space left on device") as error:
+        run("stage=train")
+    assert any("in the background" in note for note in error.value.__notes__)
+    experiment = client.get_run(first["run_id"]).info.experiment_id
+    parent = client.search_runs([experiment], "tags.`sgt.stage` = 'pipeline'",
+                                order_by=["attributes.start_time DESC"], max_results=1)[0]
+    assert parent.info.status == "FAILED"
+    stages = children(client, parent.info.run_id)
+    assert stages["train"].info.status == "FAILED"  # the stage whose records are incomplete
+    assert stages["export"].info.status == "FINISHED"
+    assert MODEL_FILE in {artifact.path for artifact in client.list_artifacts(stages["train"].info.run_id)}

@@ -91,10 +91,10 @@ def test_an_estimator_on_compact_edges_equals_one_on_int64_edges():
     results = []
     for index_dtype, type_dtype, spd_dtype in ((torch.int64,) * 3, (torch.int32, torch.int8, torch.int16)):
         torch.manual_seed(0)
-        model = AttentionScoreEstimator(6, 3, width=8, num_layers=2, num_edge_types=3, num_node_kinds=1,
-                                        num_spd_buckets=4, memory_efficient=True)
-        logits, scores = model(x, node_kind, edge_index.to(index_dtype), edge_type.to(type_dtype), 0.7,
-                               edge_spd.to(spd_dtype))
+        model = AttentionScoreEstimator(in_features=6, num_classes=3, width=8, num_layers=2, num_edge_types=3,
+                                        num_node_kinds=1, num_spd_buckets=4, memory_efficient=True)
+        edges = model.prepare(edge_index.to(index_dtype), edge_type.to(type_dtype), edge_spd.to(spd_dtype), 120)
+        logits, scores = model(x, node_kind, edges, 0.7)
         logits.square().sum().backward()
         results.append((logits.detach(), [s.detach() for s in scores], [p.grad for p in model.parameters()]))
     (logits, scores, grads), (logits_c, scores_c, grads_c) = results

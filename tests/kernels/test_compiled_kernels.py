@@ -129,7 +129,8 @@ def test_projected_slot_attention_matches_projections_then_attention():
         leaves = [t.clone().requires_grad_() for t in (query_x, key_x, *weights, scale, bias)]
         qx, kx, qw, qb, kvw, kvb, es, eb = leaves
         if projected:  # recomputes the projections in its backward pass
-            out = slot_module.projected_slot_attention(qx, kx, qw, qb, kvw, kvb, es, eb, neighbours, code, mask, heads)
+            out = slot_module.fused_slot_attention(qx, kx, es, eb, neighbours, code, mask, heads,
+                                                   projections=(qw, qb, kvw, kvb))
         else:  # autograd keeps them
             out = slot_module.fused_slot_attention(F.linear(qx, qw, qb), F.linear(kx, kvw, kvb), es, eb,
                                                    neighbours, code, mask, heads)

@@ -56,7 +56,8 @@ def test_fully_masked_row_gives_no_nan():
 
 def test_spexphormer_maps_layers_down_to_queries():
     torch.manual_seed(0)
-    model = Spexphormer(3, 4, hidden=8, num_layers=2, heads=2, num_edge_types=2, num_node_kinds=1).eval()
+    model = Spexphormer(in_features=3, num_classes=4, hidden=8, num_layers=2, heads=2, num_edge_types=2,
+                        num_node_kinds=1).eval()
     x, kind = torch.randn(6, 3), torch.zeros(6, dtype=torch.long)
     full = torch.arange(6)
     neighbours = torch.randint(0, 6, (6, 3))

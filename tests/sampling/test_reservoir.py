@@ -7,7 +7,7 @@ import torch
 from scipy.stats import chisquare
 
 from sgt_core.kernels import cpu_kernels
-from sgt_core.sampling import reservoir, sample_full_graph_layers, sample_neighbours
+from sgt_core.sampling import LayerSampler, reservoir, sample_neighbours
 
 
 @pytest.fixture(autouse=True, params=["compiled", "torch"])
@@ -82,7 +82,7 @@ def test_full_graph_layers_use_each_layers_scores():
     ptr = csr([3, 3])
     # layer 0 puts all mass on src 2, layer 1 on src 0
     layer_scores = torch.tensor([[0, 0, 1, 0, 0, 1], [1, 0, 0, 1, 0, 0]], dtype=torch.float)
-    layers = sample_full_graph_layers(edge_index, edge_type, ptr, layer_scores, [1, 1],
-                                      generator=torch.Generator().manual_seed(0))
+    layers = LayerSampler(edge_index, edge_type, ptr, layer_scores, [1, 1], "reservoir",
+                          torch.Generator().manual_seed(0)).full()
     assert layers[0].neighbours[:, 0].tolist() == [2, 2] and layers[0].neighbour_type[:, 0].tolist() == [2, 2]
     assert layers[1].neighbours[:, 0].tolist() == [0, 0]

@@ -38,7 +38,8 @@ class _Search:
     Each enumerator is a generator over (size key, nodes) that reads ``wanted`` (a list of bools indexed
     by size key) on every step, so the caller can switch sizes off mid-search and the search prunes to the
     largest size still wanted. Steps (candidate extensions looked at) are counted against ``step_limit``;
-    past it every level of the search returns.
+    past it every level of the search returns. A search path holds at most 8 nodes, so whether a node is
+    on it is a scan of the list (as fast as a set lookup, without a set to keep in step).
     """
 
     def __init__(self, nbrs: list[list[int]], adj: list[set[int]], rank: list[int]) -> None:
@@ -83,7 +84,6 @@ class _Search:
             return
         dist = self._distances(root, max_k // 2)
         path = [root]
-        on_path = {root}
 
         def extend() -> Iterator[tuple[int, list[int]]]:
             last = path[-1]
@@ -92,7 +92,7 @@ class _Search:
                 self.steps += 1
                 if self.steps > self.step_limit:
                     return
-                if rank[v] <= r0 or v in on_path:
+                if rank[v] <= r0 or v in path:
                     continue
                 adj_v = adj[v]
                 if j >= 2 and any(u in adj_v for u in path[1:-1]):
@@ -107,10 +107,8 @@ class _Search:
                 # <= max_k - j - 1 remaining edges.
                 if max_k >= j + 3 and dist.get(v, max_k) <= max_k - j - 1:
                     path.append(v)
-                    on_path.add(v)
                     yield from extend()
                     path.pop()
-                    on_path.discard(v)
 
         yield from extend()
 
@@ -119,7 +117,6 @@ class _Search:
         nbrs, adj, rank = self.nbrs, self.adj, self.rank
         r0 = rank[root]
         path = [root]
-        on_path = {root}
 
         def extend() -> Iterator[tuple[int, list[int]]]:
             last = path[-1]
@@ -128,7 +125,7 @@ class _Search:
                 self.steps += 1
                 if self.steps > self.step_limit:
                     return
-                if v in on_path:
+                if v in path:
                     continue
                 adj_v = adj[v]
                 if any(u in adj_v for u in path[:-1]):
@@ -137,10 +134,8 @@ class _Search:
                     yield k, [*path, v]
                 if k < self._max_wanted(wanted):
                     path.append(v)
-                    on_path.add(v)
                     yield from extend()
                     path.pop()
-                    on_path.discard(v)
 
         yield from extend()
 
