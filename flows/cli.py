@@ -134,7 +134,7 @@ def expand_sweeps(overrides: list[str]) -> list[list[str]]:
 
 
 def command_run(overrides: list[str], multirun: bool = False) -> int:
-    from flows.prefect_server import choose_prefect_server
+    from flows.prefect_server import choose_prefect_server, stop_temporary_server
     from flows.preflight import fully_cached, preflight
     from sgt_core.config import compose_config
 
@@ -143,7 +143,12 @@ def command_run(overrides: list[str], multirun: bool = False) -> int:
     # Prefect's server starts now (seconds), while the runs are checked and the flow's modules imported.
     server_start = (choose_prefect_server(first["orchestration"]["prefect_server"])
                     if first["orchestration"]["mode"] == "local" else None)
-    configs = [preflight(run_overrides) for run_overrides in runs]  # all checked before the first run
+    try:
+        configs = [preflight(run_overrides) for run_overrides in runs]  # all checked before the first run
+    except BaseException:
+        if server_start is not None:
+            stop_temporary_server(server_start)
+        raise
     if any(cfg["orchestration"]["mode"] == "pools" for cfg in configs) and not _prefect_api_url_set():
         # A temporary Prefect server would have no workers: every stage would wait for one in vain.
         raise SGTError("orchestration=pools: needs a Prefect server that the pools' workers use; set "

@@ -58,3 +58,12 @@ def choose_prefect_server(policy: str, found: str = prefect_api_url(DEFAULT_PREF
     thread = threading.Thread(target=_start_temporary_server, name="sgt-prefect-server", daemon=True)
     thread.start()
     return thread
+
+
+def stop_temporary_server(thread: threading.Thread) -> None:
+    """Stops the temporary server `choose_prefect_server` started, once it is up: for a run that fails its
+    checks after the server's start began (a stopped server is not left to the interpreter's exit)."""
+    from prefect.server.api.server import SubprocessASGIServer
+
+    thread.join()
+    SubprocessASGIServer().stop()
