@@ -134,11 +134,17 @@ def test_every_sgt_core_module_a_stage_loads_is_in_its_closure(tmp_path):
             artifacts.module_closure(each.module)))
 
 
-def test_switching_the_compiled_kernels_off_changes_the_estimate_and_train_keys_only(monkeypatch, fresh_kernels):
+def _compiled_kernels_config(monkeypatch) -> dict:
+    """A CPU config, with the portable compiled kernels in use (skips where they cannot be built)."""
     monkeypatch.delenv(library.SWITCH, raising=False)
+    monkeypatch.delenv(library.NATIVE, raising=False)
     if library.cpu_kernels() is None:
         pytest.skip("the compiled kernels cannot be built here (no C++ compiler)")
-    cfg = compose_config([*TINY_OVERRIDES, "train.device=cpu"])
+    return compose_config([*TINY_OVERRIDES, "train.device=cpu"])
+
+
+def test_switching_the_compiled_kernels_off_changes_the_estimate_and_train_keys_only(monkeypatch, fresh_kernels):
+    cfg = _compiled_kernels_config(monkeypatch)
     compiled = pipeline.stage_keys(cfg)
     monkeypatch.setenv(library.SWITCH, "0")
     library.cpu_kernels.cache_clear()
@@ -156,11 +162,7 @@ def test_switching_the_compiled_kernels_off_changes_the_estimate_and_train_keys_
 
 def test_a_native_build_of_the_kernels_changes_the_estimate_and_train_keys_only(monkeypatch, fresh_kernels):
     """SGT_KERNELS_NATIVE=1 builds for this CPU, whose wider vector sums round differently."""
-    monkeypatch.delenv(library.SWITCH, raising=False)
-    monkeypatch.delenv(library.NATIVE, raising=False)
-    if library.cpu_kernels() is None:
-        pytest.skip("the compiled kernels cannot be built here (no C++ compiler)")
-    cfg = compose_config([*TINY_OVERRIDES, "train.device=cpu"])
+    cfg = _compiled_kernels_config(monkeypatch)
     portable = pipeline.stage_keys(cfg)
     monkeypatch.setenv(library.NATIVE, "1")
     native = pipeline.stage_keys(cfg)

@@ -27,7 +27,6 @@ from sgt_core.seeding import seed_everything
 log = logging.getLogger(__name__)
 
 
-
 def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, float]:
     """Trains the estimator on CPU and saves the best epoch's scores ([L, E] float32) and weights."""
     seed_everything(cfg["seed"])

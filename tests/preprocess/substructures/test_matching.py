@@ -46,13 +46,7 @@ def _classify(nodes, adj) -> set[str]:
     inside = set(nodes)
     deg = {u: len(adj[u] & inside) for u in nodes}
     edges = sum(deg.values()) // 2
-    seen, stack = {nodes[0]}, [nodes[0]]
-    while stack:
-        for w in adj[stack.pop()] & inside:
-            if w not in seen:
-                seen.add(w)
-                stack.append(w)
-    if len(seen) != k:
+    if not _is_connected(nodes, adj):
         return set()
     names = set()
     degrees = sorted(deg.values())
