@@ -135,16 +135,17 @@ def expand_sweeps(overrides: list[str]) -> list[list[str]]:
 
 def command_run(overrides: list[str], multirun: bool = False) -> int:
     from flows.prefect_server import choose_prefect_server, stop_temporary_server
-    from flows.preflight import fully_cached, preflight
+    from flows.preflight import check_run, fully_cached
     from sgt_core.config import compose_config
 
     runs = expand_sweeps(overrides) if multirun else [overrides]
-    first = compose_config(runs[0])  # a bad config fails here, before any server starts
+    configs = [compose_config(run_overrides) for run_overrides in runs]  # a bad one fails before any server
     # Prefect's server starts now (seconds), while the runs are checked and the flow's modules imported.
-    server_start = (choose_prefect_server(first["orchestration"]["prefect_server"])
-                    if first["orchestration"]["mode"] == "local" else None)
+    server_start = (choose_prefect_server(configs[0]["orchestration"]["prefect_server"])
+                    if configs[0]["orchestration"]["mode"] == "local" else None)
     try:
-        configs = [preflight(run_overrides) for run_overrides in runs]  # all checked before the first run
+        for cfg in configs:  # all checked before the first run
+            check_run(cfg)
     except BaseException:
         if server_start is not None:
             stop_temporary_server(server_start)

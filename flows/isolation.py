@@ -9,17 +9,14 @@ What crosses the process boundary: the config, input folders and output folder i
 and its peak RSS out; its log records, re-emitted in the flow's process under their own logger names
 (Prefect captures them into the task run's logs); its exception, re-raised as the same type.
 
-A stage whose process needs an environment of its own (`stage_environment`) gets it in its environment.
-glibc reads its malloc variables (MALLOC_MMAP_THRESHOLD_, ...) once, as a process starts, and a fork
-inherits the server's settings instead, so the forked stage process applies them itself, through
-mallopt, before the stage runs: the same setting, for that process alone. A variable without such an
-equivalent makes the stage's process spawn afresh with it, at the cost of importing torch and the stages
-again (seconds).
+A stage whose process needs an environment of its own (`stage_environment`: glibc's malloc variables)
+gets it in its environment. glibc reads those once, as a process starts, and a fork inherits the server's
+settings instead, so the forked stage process applies them itself, through mallopt, before the stage
+runs: the same setting, for that process alone, without spawning afresh (re-importing torch: seconds).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import logging.handlers
 import multiprocessing
@@ -38,7 +35,6 @@ from sgt_core.pipeline import STAGE_BY_NAME, STAGES, stage_environment
 log = logging.getLogger("sgt")
 
 _POLL_SECONDS = 0.1  # how often the flow's process forwards the stage's log records while it waits
-_ENVIRONMENT_LOCK = threading.Lock()  # one process started with extra variables at a time
 
 
 # glibc's malloc environment variables and the mallopt parameters that set the same thing (malloc.h).
@@ -69,29 +65,6 @@ def _context() -> multiprocessing.context.ForkServerContext:
     # Importing the stage modules once in the server is what makes each stage's start cheap.
     context.set_forkserver_preload([__name__, *sorted({stage.module for stage in STAGES})])
     return context
-
-
-@contextlib.contextmanager
-def _environment_at_start(variables: dict[str, str]):
-    """This process's environment plus `variables` while a spawned process starts, which inherits it.
-
-    multiprocessing starts a process with this process's environment and takes no other; the variables
-    are removed again (or restored) as soon as it has started.
-    """
-    if not variables:
-        yield
-        return
-    with _ENVIRONMENT_LOCK:
-        saved = {name: os.environ.get(name) for name in variables}
-        os.environ.update(variables)
-        try:
-            yield
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
 
 
 def warm_up() -> threading.Thread:
@@ -150,17 +123,15 @@ def run_stage_in_process(name: str, cfg: dict, inputs: dict[str, Path], out_dir:
     `on_start(pid)` is called once the process exists (the memory sampler follows it). An exception in
     the stage is re-raised here as the same type; a process that dies without a word (SIGKILL, out of
     memory) raises StageProcessDied; Ctrl-C here terminates the stage process too. A stage with variables
-    of its own (`stage_environment`) has them in its environment; one that mallopt cannot apply makes
-    it spawn rather than fork from the server.
+    of its own (`stage_environment`) has them in its environment, its malloc ones applied.
     """
     variables = stage_environment(STAGE_BY_NAME[name], cfg)
-    context = multiprocessing.get_context("spawn") if set(variables) - set(MALLOPT_PARAMETERS) else _context()
+    context = _context()
     receiving, sending = context.Pipe(duplex=False)
     records = context.Queue()
     process = context.Process(target=_stage_main, name=f"sgt-{name}",
                               args=(name, cfg, inputs, out_dir, {**os.environ, **variables}, sending, records))
-    with _environment_at_start(variables):
-        process.start()
+    process.start()
     sending.close()  # ours; the child's copy is the only writer left, so its death reads as EOF
     message = None
     try:

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 
 def preflight(overrides: list[str]) -> dict:
-    """Checks the config and the dataset before any stage runs or any run is recorded; returns the config."""
+    """Composes the run's config and checks it and its dataset (`check_run`); returns the config."""
+    from sgt_core.config import compose_config
+
+    return check_run(compose_config(overrides))
+
+
+def check_run(cfg: dict) -> dict:
+    """Checks a composed config and its dataset before any stage runs or any run is recorded; returns it."""
     from flows.tracking import tracking_uri
     from sgt_core.artifacts import open_store
-    from sgt_core.config import compose_config
     from sgt_core.pipeline import stage_keys
 
-    cfg = compose_config(overrides)
     keys = stage_keys(cfg)
     tracking_uri(cfg)  # an object-store artifacts root needs an MLflow store named elsewhere
     store = open_store(cfg["paths"]["artifacts"])

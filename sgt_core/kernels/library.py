@@ -52,6 +52,7 @@ def flags() -> list[str]:
     return [*FLAGS, "-march=native"] if native() else list(FLAGS)
 
 
+@functools.cache  # once per process: it reads /proc/cpuinfo
 def _cpu_identity() -> str:
     """The CPU's model and feature flags (what -march=native compiles for)."""
     try:
@@ -62,6 +63,7 @@ def _cpu_identity() -> str:
     return "\n".join(sorted({line for line in lines if line.split(":")[0].strip() in wanted}))
 
 
+@functools.cache  # once per process: it runs the compiler
 def _compiler_version() -> str:
     compiler = os.environ.get("CXX") or shutil.which("c++") or "c++"
     completed = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False)
