@@ -57,7 +57,7 @@ BAD_VALUES = {
     # `+` is what Hydra's error for an unknown key suggests; the added key would be read by nothing.
     "added unknown key": (["+train.epoch=5"], "train.epoch",
                           "unknown key; valid keys in train: batch_size, device, distributed, epochs, eval_every"),
-    "force-added unknown key": (["++model.hiden=32"], "model.hiden", "unknown key; valid keys in model: deepnorm"),
+    "force-added unknown key": (["++model.hiden=32"], "model.hiden", "unknown key; valid keys in model: deepnorm, degree_signal"),
     "added unknown nested key": (["+preprocess.expander.degre=4"], "preprocess.expander.degre",
                                  "valid keys in preprocess.expander: degree, enabled, max_tries"),
     "added unknown dataset key": (["+experiment=cora", "+dataset.standardise=true"], "dataset.standardise",
@@ -190,7 +190,7 @@ def _composed_with(key: str, value) -> dict:
     ("estimator.temperature.gamma", 0, "estimator.temperature.gamma: must be a number in (0, 1], found 0"),
     ("optimizer.eps", -1e-8, "optimizer.eps: must be a number > 0, found -1e-08"),
     ("train.distributed.nnodes", True, "train.distributed.nnodes: must be an integer >= 1, found True"),
-    ("model.hiden", 32, "model.hiden: unknown key; valid keys in model: deepnorm, degrees, dropout, heads"),
+    ("model.hiden", 32, "model.hiden: unknown key; valid keys in model: deepnorm, degree_signal, degrees, dropout, heads"),
     ("preprocess.expander.degre", 4, "preprocess.expander.degre: unknown key; valid keys in preprocess.expander"),
     ("sampler.name", "reservoir", "sampler.name: unknown key; valid keys in sampler: method"),
     ("colour", "blue", "colour: unknown key; valid keys in the config: dataset, estimator"),
@@ -315,3 +315,14 @@ print(" ".join(sorted(name for name in sys.modules if name.startswith(heavy))))
                             cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [], result.stdout
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("model.local", "gin", "model.local: expected one of none, gcn, sage, gatv2, found 'gin'"),
+    ("model.local_aggregation", "max", "model.local_aggregation: expected one of mean, sum"),
+    ("model.degree_signal", "yes", "model.degree_signal: must be true or false"),
+])
+def test_a_bad_local_branch_option_is_one_error_naming_its_key(key, value, message):
+    with pytest.raises(ConfigProblems) as error:
+        validate_config(_composed_with(key, value))
+    assert str(error.value).startswith(message), str(error.value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sgt_core.config.network import NetworkConfig
-from sgt_core.config.section import BOOLEAN, PROBABILITY_BELOW_ONE, Problem, checked, integer, list_of
+from sgt_core.config.section import BOOLEAN, PROBABILITY_BELOW_ONE, Problem, checked, integer, list_of, one_of
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,11 @@ class ModelConfig(NetworkConfig):
     dropout: float = checked(PROBABILITY_BELOW_ONE)
     degrees: list[int] = checked(list_of(integer(1), "integers >= 1, one per layer"))
     deepnorm: bool = checked(BOOLEAN)
+    # the values of sgt_core.models.local_message_passing's LOCAL_KINDS and SAGE_AGGREGATIONS; not imported,
+    # so that reading the configuration never imports torch_geometric
+    local: str = checked(one_of("none", "gcn", "sage", "gatv2"))
+    local_aggregation: str = checked(one_of("mean", "sum"))
+    degree_signal: bool = checked(BOOLEAN)
     lpe_dim: int
     lpe_layers: int
     lpe_heads: int

@@ -21,6 +21,8 @@ class NodeExtras:
         token_rows: int64 [T] the rows that are substructure tokens.
         token_adjacency: float32 [T, s*s] those tokens' DFS-ordered adjacency, in `token_rows` order.
         token_type: int64 [T] their substructure types.
+        graph_degree: int64 [N] each row's real neighbour count: its incoming edges of the input graph
+            (the wide network's local branch and degree signal).
 
     Each group is None when its component is off.
     """
@@ -31,13 +33,21 @@ class NodeExtras:
     token_rows: Tensor | None = None
     token_adjacency: Tensor | None = None
     token_type: Tensor | None = None
+    graph_degree: Tensor | None = None
 
     @classmethod
-    def from_graph(cls, graph, token_kind: int) -> NodeExtras:
-        """Every node of an `InteractionGraph`; `token_kind` is the node kind of substructure tokens."""
+    def from_graph(cls, graph, token_kind: int, graph_edge_type: int | None = None) -> NodeExtras:
+        """Every node of an `InteractionGraph`; `token_kind` is the node kind of substructure tokens, and
+        `graph_edge_type` (None: no `graph_degree`) the edge type of the input graph's own edges."""
         lpe = graph.eigenvalues.shape[1] > 0
         tokens = graph.token_type.numel() > 0
+        if graph_edge_type is not None:
+            targets = graph.edge_index[1][graph.edge_type == graph_edge_type].long()  # [E_graph]
+            graph_degree = torch.bincount(targets, minlength=graph.num_nodes)  # [N]
+        else:
+            graph_degree = None
         return cls(
+            graph_degree=graph_degree,
             eigenvalues=graph.eigenvalues if lpe else None,
             eigenvectors=graph.eigenvectors if lpe else None,
             eigen_mask=graph.eigen_mask if lpe else None,
@@ -48,18 +58,19 @@ class NodeExtras:
 
     def select(self, rows: Tensor) -> NodeExtras:
         """The extras of `rows` (int64 [R] row ids, e.g. a batch's input nodes), renumbered 0..R-1."""
+        per_row = {}  # the extras with one row per node, selected alike
         if self.eigenvalues is not None:
-            eigen = {"eigenvalues": self.eigenvalues[rows], "eigenvectors": self.eigenvectors[rows],
-                         "eigen_mask": self.eigen_mask[rows]}  # [R, m] each
-        else:
-            eigen = {}
+            per_row = {"eigenvalues": self.eigenvalues[rows], "eigenvectors": self.eigenvectors[rows],
+                       "eigen_mask": self.eigen_mask[rows]}  # [R, m] each
+        if self.graph_degree is not None:
+            per_row["graph_degree"] = self.graph_degree[rows]  # [R]
         if self.token_rows is None:
-            return NodeExtras(**eigen)
+            return NodeExtras(**per_row)
         # token_rows is sorted (tokens are found in row order), so searchsorted finds each row's token.
         position = torch.searchsorted(self.token_rows, rows).clamp_max(self.token_rows.numel() - 1)  # [R]
         is_token = self.token_rows[position] == rows  # [R]
         which = position[is_token]  # [T'] token index of each selected token row
-        return NodeExtras(**eigen, token_rows=is_token.nonzero().flatten(),
+        return NodeExtras(**per_row, token_rows=is_token.nonzero().flatten(),
                           token_adjacency=self.token_adjacency[which], token_type=self.token_type[which])
 
     def to(self, device) -> NodeExtras:

@@ -9,12 +9,18 @@ from sgt_core.layers import FullLayer, SampledLayer
 from sgt_core.models.deep_norm import DeepNorm
 from sgt_core.models.dropout import Dropout
 from sgt_core.models.feed_forward import FeedForward
+from sgt_core.models.local_message_passing import LocalMessagePassing
 from sgt_core.models.node_encoder import NodeEncoder, NodeExtras
 from sgt_core.models.sampled_attention import SampledAttention
 
 
 class SpexphormerLayer(nn.Module):
-    """Sampled attention and a feed-forward block, each with dropout and a residual.
+    """Sampled attention, optionally a local message-passing branch, and a feed-forward block.
+
+    Each branch has its own dropout, residual and normalisation. With `local` the layer is GraphGPS's
+    (Rampasek et al., 2022; Exphormer's best configurations): h = Norm(x + Attn(x)) + Norm(x + MPNN(x)),
+    then Norm(h + FFN(h)). Spexphormer (section 3) drops the MPNN for scalability; here it runs over the
+    graph edges the layer keeps, so it costs O(kept edges) like the attention.
 
     The residuals are normalised by batch norm (Spexphormer D.1), or with `deepnorm` by DeepNorm
     (DeepNet, Wang et al., 2022, as used by DeepGraph): x <- LN(alpha * x + G(x)), alpha = (2L)^(1/4),
@@ -23,25 +29,26 @@ class SpexphormerLayer(nn.Module):
     """
 
     def __init__(self, attention: SampledAttention, dropout: float, deepnorm: bool = False,
-                 num_layers: int = 1) -> None:
+                 num_layers: int = 1, local: LocalMessagePassing | None = None) -> None:
         super().__init__()
         hidden = attention.hidden
         self.attention = attention
+        self.local = local
         self.feed_forward = FeedForward(hidden, dropout)
         self.dropout = Dropout(dropout)
-        if deepnorm:
-            self.norm_attention: nn.Module = DeepNorm(hidden, num_layers)
-            self.norm_feed_forward: nn.Module = DeepNorm(hidden, num_layers)
-        else:
-            # Batch norm rather than layer norm in the final network (Spexphormer D.1).
-            self.norm_attention = nn.BatchNorm1d(hidden)
-            self.norm_feed_forward = nn.BatchNorm1d(hidden)
+        self.local_dropout = Dropout(dropout) if local is not None else None
+        norm = (lambda: DeepNorm(hidden, num_layers)) if deepnorm else (lambda: nn.BatchNorm1d(hidden))
+        # Batch norm rather than layer norm in the final network (Spexphormer D.1).
+        self.norm_attention: nn.Module = norm()
+        self.norm_local: nn.Module | None = norm() if local is not None else None
+        self.norm_feed_forward: nn.Module = norm()
         self.deepnorm = deepnorm
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         self.attention.reset_parameters()
-        for module in (*self.feed_forward, self.norm_attention, self.norm_feed_forward):
+        for module in (*self.feed_forward, self.norm_attention, self.norm_feed_forward, self.local,
+                       self.norm_local):
             if hasattr(module, "reset_parameters"):
                 module.reset_parameters()
         if self.deepnorm:
@@ -53,7 +60,9 @@ class SpexphormerLayer(nn.Module):
             for linear in (attention.value, attention.out, self.feed_forward[0], self.feed_forward[3]):
                 self.norm_attention.init_sublayer_(linear)
 
-    def forward(self, h: Tensor, layer: SampledLayer | FullLayer) -> Tensor:
+    def forward(self, h: Tensor, layer: SampledLayer | FullLayer, graph_degree: Tensor | None = None) -> Tensor:
+        """h [K, D] the layer's input rows, graph_degree [K] their real graph in-degrees (the local
+        branch's) -> [Q, D]."""
         if isinstance(layer, FullLayer):
             query_h = h  # [N, D]
             attended = self.attention.forward_full(h, layer.edge_index, layer.edge_type, layer.in_degree,
@@ -66,11 +75,17 @@ class SpexphormerLayer(nn.Module):
             attended = self.attention(
                 query_h, h, layer.neighbours, layer.neighbour_type, layer.neighbour_mask, layer.neighbour_spd
             )
-        if self.deepnorm:
-            h = self.norm_attention(query_h, self.dropout(attended))  # [Q, D]
-            return self.norm_feed_forward(h, self.dropout(self.feed_forward(h)))  # [Q, D]
-        h = self.norm_attention(query_h + self.dropout(attended))  # [Q, D]
-        return self.norm_feed_forward(h + self.dropout(self.feed_forward(h)))  # [Q, D]
+        out = self._normed(self.norm_attention, query_h, self.dropout(attended))  # [Q, D]
+        if self.local is not None:
+            if graph_degree is None:
+                raise ValueError("the local branch needs each input row's graph degree (graph_degree is None)")
+            local = self.local(h, query_h, layer, graph_degree)  # [Q, D]
+            out = out + self._normed(self.norm_local, query_h, self.local_dropout(local))  # [Q, D]
+        return self._normed(self.norm_feed_forward, out, self.dropout(self.feed_forward(out)))  # [Q, D]
+
+    def _normed(self, norm: nn.Module, residual: Tensor, update: Tensor) -> Tensor:
+        """norm(residual + update); DeepNorm scales the residual itself."""
+        return norm(residual, update) if self.deepnorm else norm(residual + update)
 
 
 class Spexphormer(nn.Module):
@@ -85,23 +100,39 @@ class Spexphormer(nn.Module):
         dropout: dropout probability.
         deepnorm: DeepNorm residuals (DeepGraph) instead of batch norm, for deep stacks.
         num_spd_buckets: SPD buckets of anchor/k-hop edges (0: no SPD terms), see `SampledAttention`.
+        local: the local branch of every layer, `none`, `gcn`, `sage` or `gatv2` (`LocalMessagePassing`).
+        local_aggregation: the sage branch's aggregation, mean or sum.
+        degree_signal: adds W log(1 + n_v) to every node's input encoding, n_v its real graph degree: a
+            softmax average over neighbours cannot tell how many there are, this can.
+        graph_edge_type: the edge type code of the input graph's own edges (the local branch's).
         encoder: the input layer's arguments but its width, as in `AttentionScoreEstimator`.
 
     Shapes:
         x [N0, F], node_kind [N0] and extras for the first layer's input rows; `layers` maps them down to
-        the last layer's queries -> logits [Q_L, C].
+        the last layer's queries -> logits [Q_L, C]. The local branch and the degree signal read
+        `extras.graph_degree`.
     """
 
     def __init__(self, num_classes: int, hidden: int, num_layers: int, heads: int, num_edge_types: int,
-                 dropout: float = 0.0, deepnorm: bool = False, num_spd_buckets: int = 0, **encoder: int) -> None:
+                 dropout: float = 0.0, deepnorm: bool = False, num_spd_buckets: int = 0, local: str = "none",
+                 local_aggregation: str = "mean", degree_signal: bool = False, graph_edge_type: int = 0,
+                 **encoder: int) -> None:
         super().__init__()
         self.encoder = NodeEncoder(hidden=hidden, **encoder)
+        self.degree_encoder = nn.Linear(1, hidden) if degree_signal else None
         self.layers = nn.ModuleList(
-            SpexphormerLayer(SampledAttention(hidden, heads, num_edge_types, num_spd_buckets), dropout, deepnorm,
-                             num_layers)
+            SpexphormerLayer(
+                SampledAttention(hidden, heads, num_edge_types, num_spd_buckets), dropout, deepnorm, num_layers,
+                None if local == "none" else LocalMessagePassing(local, hidden, heads, local_aggregation,
+                                                                 graph_edge_type),
+            )
             for _ in range(num_layers)
         )
         self.head = nn.Linear(hidden, num_classes)
+
+    @property
+    def needs_graph_degree(self) -> bool:
+        return self.degree_encoder is not None or self.layers[0].local is not None
 
     def forward(
         self,
@@ -112,7 +143,14 @@ class Spexphormer(nn.Module):
     ) -> Tensor:
         if len(layers) != len(self.layers):
             raise ValueError(f"expected {len(self.layers)} sampled layers, got {len(layers)}")
+        graph_degree = extras.graph_degree if extras is not None else None  # [N0]
+        if self.needs_graph_degree and graph_degree is None:
+            raise ValueError("the local branch and the degree signal need extras.graph_degree, which is None")
         h = self.encoder(x, node_kind, extras)  # [N0, D]
+        if self.degree_encoder is not None:
+            h = h + self.degree_encoder(graph_degree.to(h.dtype).log1p().unsqueeze(1))  # [N0, D]
         for block, layer in zip(self.layers, layers):
-            h = block(h, layer)  # [Q_l, D]
+            h = block(h, layer, graph_degree)  # [Q_l, D]
+            if graph_degree is not None and isinstance(layer, SampledLayer):
+                graph_degree = graph_degree.index_select(0, layer.queries)  # [Q_l]: the next layer's input rows
         return self.head(h)  # [Q_L, C]

@@ -1,0 +1,163 @@
+"""The local branch: the dense sampled layout equals PyG's layers on the graph, batched equals full-graph."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_geometric.nn import GATv2Conv, GCNConv, SAGEConv
+
+from sgt_core.config.preprocess import ExpanderConfig
+from sgt_core.layers import SampledLayer
+from sgt_core.models import NodeExtras, Spexphormer
+from sgt_core.models.local_message_passing import LocalMessagePassing
+from sgt_core.preprocess.builder import build_interaction_graph
+from sgt_core.preprocess.interaction_graph import EDGE_TYPES, NODE_KINDS
+from sgt_core.sampling import LayerSampler
+from tests.preprocess.test_interaction_graph import path_graph
+
+GRAPH = EDGE_TYPES.index("graph")
+HIDDEN, HEADS = 8, 2
+BRANCHES = [("gcn", "mean"), ("sage", "mean"), ("sage", "sum"), ("gatv2", "mean")]
+
+
+def random_graph(num_nodes: int = 60, num_edges: int = 150, seed: int = 0):
+    """An undirected graph with uneven degrees (a path plus random chords), so that normalisations matter."""
+    graph = path_graph(num_nodes)
+    generator = torch.Generator().manual_seed(seed)
+    chords = torch.randint(0, num_nodes, (2, num_edges), generator=generator)
+    chords = chords[:, chords[0] != chords[1]]
+    edges = torch.cat([graph.edge_index, chords, chords.flip(0)], dim=1)
+    graph.edge_index = torch.unique(edges, dim=1)
+    return graph
+
+
+@pytest.fixture(scope="module")
+def interaction_graph():
+    return build_interaction_graph(random_graph(), self_loops=True, virtual_nodes=1, seed=0,
+                                   expander=ExpanderConfig(degree=4, ramanujan_slack=1.0, max_tries=50))
+
+
+def pyg_reference(kind: str, aggregation: str) -> torch.nn.Module:
+    """PyG's layer used the ordinary way, on the whole graph with self-loops where the layer adds them."""
+    if kind == "gcn":
+        return GCNConv(HIDDEN, HIDDEN)
+    if kind == "sage":
+        return SAGEConv(HIDDEN, HIDDEN, aggr=aggregation)
+    return GATv2Conv(HIDDEN, HIDDEN // HEADS, heads=HEADS)
+
+
+def keep_everything(graph, num_layers: int = 1) -> LayerSampler:
+    largest = int(graph.ptr.diff().max())
+    scores = torch.rand(num_layers, graph.num_edges, generator=torch.Generator().manual_seed(1))
+    return LayerSampler(graph.edge_index, graph.edge_type, graph.ptr, scores, [largest] * num_layers, "reservoir",
+                        torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize(("kind", "aggregation"), BRANCHES)
+def test_dense_sampled_layout_equals_pyg_layer_on_the_graph(interaction_graph, kind, aggregation):
+    graph = interaction_graph
+    torch.manual_seed(0)
+    branch = LocalMessagePassing(kind, HIDDEN, HEADS, aggregation, GRAPH)
+    reference = pyg_reference(kind, aggregation)
+    reference.load_state_dict(branch.conv.state_dict())
+    degree = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"), GRAPH).graph_degree
+    h = torch.randn(graph.num_nodes, HIDDEN)
+    graph_edges = graph.edge_index[:, graph.edge_type == GRAPH]
+    expected = reference(h, graph_edges)  # [N, D]
+    sampler = keep_everything(graph)
+    (dense,) = sampler.full()
+    assert isinstance(dense, SampledLayer)
+    assert torch.allclose(branch(h, h, dense, degree), expected, atol=1e-5)
+    sampler.method = "full"  # the FullLayer path: every interaction edge, sparse
+    (full,) = sampler.full()
+    assert torch.allclose(branch(h, h, full, degree), expected, atol=1e-5)
+    # a subset of queries over a renumbered input, as Algorithm 2's batches give a layer
+    targets = torch.tensor([0, 5, 17, 59, graph.num_nodes - 1])
+    input_nodes, (layer,) = keep_everything(graph).batch(targets)
+    batched = branch(h[input_nodes], h[input_nodes][layer.queries], layer, degree[input_nodes])
+    assert torch.allclose(batched, expected[targets], atol=1e-5)
+
+
+def test_sampled_sums_are_unbiased_given_a_kept_neighbour(interaction_graph):
+    """n_i times the mean over the kept graph neighbours: over the draws that keep at least one, its mean is
+    the full-graph sum; the uncorrected sum over the kept ones falls far short."""
+    graph = interaction_graph
+    torch.manual_seed(0)
+    branch = LocalMessagePassing("sage", HIDDEN, HEADS, "sum", GRAPH)
+    degree = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"), GRAPH).graph_degree
+    h = torch.randn(graph.num_nodes, HIDDEN)
+    branch.conv.lin_r.weight.data.zero_()  # the neighbour sum alone, through lin_l
+    reference = pyg_reference("sage", "sum")
+    reference.load_state_dict(branch.conv.state_dict())
+    expected = reference(h, graph.edge_index[:, graph.edge_type == GRAPH])  # [N, D]
+    # 3 of every node's ~10 candidates, uniformly: graph neighbours are often dropped
+    sampler = LayerSampler(graph.edge_index, graph.edge_type, graph.ptr, torch.ones(1, graph.num_edges), [3],
+                           "uniform", torch.Generator().manual_seed(0))
+    draws, estimates, kept, uncorrected = 800, [], [], []
+    with torch.no_grad():
+        for _ in range(draws):
+            (layer,) = sampler.full()
+            estimates.append(branch(h, h, layer, degree))
+            kept.append(branch.graph_edges(layer, graph.num_nodes)[2])
+            source, target, _ = branch.graph_edges(layer, graph.num_nodes)
+            plain = torch.zeros(graph.num_nodes, HIDDEN).index_add_(0, target, h[source])
+            uncorrected.append(branch.conv.lin_l(plain))
+    estimates, kept, uncorrected = torch.stack(estimates), torch.stack(kept), torch.stack(uncorrected)
+    real = (degree > 0) & (torch.arange(graph.num_nodes) < graph.num_real_nodes)
+    some = (kept > 0).unsqueeze(2)  # [draws, N, 1]
+    count = some.sum(0).clamp_min(1)  # [N, 1]
+    mean = (estimates * some).sum(0) / count  # [N, D] over the draws with a kept neighbour
+    spread = ((estimates - mean).square() * some).sum(0).div(count).sqrt() / count.sqrt()  # standard error
+    sometimes_dropped = real & (kept < degree).any(0) & (count.squeeze(1) > 50)
+    assert sometimes_dropped.sum() > 20
+    within = ((mean - expected).abs() <= 4 * spread + 1e-4)[sometimes_dropped]
+    assert within.float().mean() > 0.98  # per node and feature, within 4 standard errors bar a few
+    shortfall = ((uncorrected * some).sum(0) / count - expected)[sometimes_dropped].abs().mean()
+    assert shortfall > 10 * (mean - expected)[sometimes_dropped].abs().mean()
+
+
+@pytest.mark.parametrize(("kind", "aggregation"), [*BRANCHES, ("none", "mean")])
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_batched_forward_equals_full_graph_with_every_neighbour_kept(kind, aggregation, mode):
+    graph = build_interaction_graph(random_graph(40, 80, seed=2), self_loops=True, virtual_nodes=1, seed=0,
+                                    expander=ExpanderConfig(degree=4, ramanujan_slack=1.0, max_tries=50))
+    torch.manual_seed(0)
+    sampler = keep_everything(graph, num_layers=3)
+    model = Spexphormer(in_features=graph.x.shape[1], num_classes=2, hidden=HIDDEN, num_layers=3, heads=HEADS,
+                        num_edge_types=len(EDGE_TYPES), num_node_kinds=len(NODE_KINDS), dropout=0.0,
+                        local=kind, local_aggregation=aggregation, degree_signal=True, graph_edge_type=GRAPH)
+    extras = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"), GRAPH)
+    model.train()
+    for _ in range(3):  # non-trivial batch-norm running statistics, so eval mode is not the identity
+        model(graph.x, graph.node_kind, sampler.full(), extras)
+    model.train(mode == "train")
+    with torch.no_grad():
+        full = model(graph.x, graph.node_kind, sampler.full(), extras)
+        everyone = torch.arange(graph.num_nodes)
+        input_nodes, layers = sampler.batch(everyone)
+        batched = model(graph.x[input_nodes], graph.node_kind[input_nodes], layers, extras.select(input_nodes))
+        assert torch.allclose(batched, full, atol=1e-5, rtol=1e-5)
+        if mode == "eval":  # single targets: their own small Algorithm 2 neighbourhoods
+            for node in [0, 13, 39, 40]:
+                input_nodes, layers = sampler.batch(torch.tensor([node]))
+                single = model(graph.x[input_nodes], graph.node_kind[input_nodes], layers,
+                               extras.select(input_nodes))
+                assert torch.allclose(single[0], full[node], atol=1e-5, rtol=1e-5), node
+
+
+def test_local_branch_without_graph_degrees_is_refused(interaction_graph):
+    graph = interaction_graph
+    model = Spexphormer(in_features=graph.x.shape[1], num_classes=2, hidden=HIDDEN, num_layers=1, heads=HEADS,
+                        num_edge_types=len(EDGE_TYPES), num_node_kinds=len(NODE_KINDS), local="gcn")
+    with pytest.raises(ValueError, match="graph_degree"):
+        model(graph.x, graph.node_kind, keep_everything(graph).full())
+
+
+def test_degree_signal_counts_graph_neighbours_only(interaction_graph):
+    graph = interaction_graph
+    degree = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"), GRAPH).graph_degree
+    src, dst = graph.edge_index
+    for node in [0, 10, graph.num_nodes - 1]:
+        assert degree[node] == int(((dst == node) & (graph.edge_type == GRAPH)).sum())
+    assert degree[graph.num_nodes - 1] == 0  # the virtual node has no edge of the input graph
+    assert int(degree.sum()) == int((graph.edge_type == GRAPH).sum())
