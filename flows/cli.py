@@ -20,6 +20,20 @@ Arguments are Hydra overrides, for example:
   sgt run -m seed=0,1,2,3,4                 # one run per value (Hydra sweep syntax), then mean ± std
 """
 
+TUNE_HELP = """\
+Searches the space of conf/tune (tune=NAME chooses another file) with Optuna, each trial one pipeline run
+with the trial's values added to the overrides. Trials that differ only in training options reuse the
+cached preprocess, estimate and export results. A trial whose validation metric trails the earlier ones'
+is pruned (stopped) early; its stages run in this process for that (stage_isolation=inline). The study
+lives in <paths.artifacts>/tune/<study>.db: the same command resumes it and runs only the trials missing
+to reach tune.trials. In MLflow, one tuning run holds the trials' runs, best_config.yaml and
+plots/trials.png; tune.preset=NAME writes the best configuration to conf/experiment/NAME.yaml. Examples:
+  sgt tune +experiment=minesweeper tune.trials=20
+  sgt tune +experiment=cora tune=quick tune.trials=3 tune.preset=cora_tuned
+  sgt tune +experiment=cora tune.space.model.dropout.high=0.7   # widen one range
+  sgt tune +experiment=cora '~tune.space.model.local'           # leave a key out of the search
+"""
+
 SCORES_HELP = """\
 Prints, through DuckDB over the exported Parquet files, the attention mass per edge type and the mean
 per-node entropy of every layer. Overrides select the run (the export artifact of that config);
@@ -100,9 +114,19 @@ def _configure_environment() -> None:
 
 def _drop_expected_tracebacks(record: logging.LogRecord) -> bool:
     """Keeps Prefect from printing a traceback for an error the CLI reports in one line itself: bad input
-    or configuration (SGTError), or the machine's (permissions, a full disk, the MLflow store's sqlite)."""
+    or configuration (SGTError), or the machine's (permissions, a full disk, the MLflow store's sqlite).
+    Also drops Prefect's records of a trial that `sgt tune` pruned, whose task and flow runs end Failed with
+    optuna.TrialPruned: stopped on purpose, which the tune flow reports in one line itself."""
     error = record.exc_info[1] if record.exc_info else None
+    if _is_pruned_trial(error) or (error is None and "TrialPruned" in record.getMessage()):
+        return False
     return error is None or not _is_expected(error)
+
+
+def _is_pruned_trial(error: BaseException | None) -> bool:
+    # Only a process that imported Optuna can raise its TrialPruned.
+    return error is not None and "optuna" in sys.modules and any(
+        isinstance(cause, sys.modules["optuna"].TrialPruned) for cause in _causes(error))
 
 
 def _is_expected(error: BaseException) -> bool:
@@ -204,6 +228,55 @@ def print_sweep_summary(results: list[tuple[list[str], dict]]) -> None:
                 continue
             spread = statistics.stdev(values) if len(values) > 1 else 0.0
             print(f"    {name} = {statistics.mean(values):.4f} ± {spread:.4f}")
+
+
+def command_tune(overrides: list[str]) -> int:
+    from flows.prefect_server import choose_prefect_server, stop_temporary_server
+    from flows.preflight import check_run
+    from sgt_core.config import compose_config
+
+    cfg = compose_config(overrides)  # a bad override fails before any server starts
+    # Prefect's server starts now (seconds), while the study is checked and the flow's modules imported.
+    server_start = (choose_prefect_server(cfg["orchestration"]["prefect_server"])
+                    if cfg["orchestration"]["mode"] == "local" else None)
+    try:
+        from flows.tune import check_tuning, sgt_tune
+
+        check_tuning(cfg)
+        check_run(cfg)
+    except BaseException:
+        if server_start is not None:
+            stop_temporary_server(server_start)
+        raise
+    if server_start is not None:
+        server_start.join()
+    summary = sgt_tune(overrides)
+    print_tuning_summary(summary)
+    return 0
+
+
+def print_tuning_summary(summary: dict) -> None:
+    """Every trial's state, value and overrides, then the best, the tuning run and the preset."""
+    from flows.report import format_metric
+
+    states = [trial["state"] for trial in summary["trials"]]
+    counts = ", ".join(f"{states.count(state)} {state}" for state in dict.fromkeys(states))
+    print(f"\nstudy {summary['study']} in {summary['storage']}: {counts}")
+    for trial in summary["trials"]:
+        value = format_metric(trial["value"]) if trial["value"] is not None else "-"
+        print(f"  trial {trial['number']:<4} {trial['state']:<9} {value:<8} {' '.join(trial['overrides'])}")
+        if trial["error"]:
+            print(f"{'':<8}{trial['error']}")
+    best = summary["best"]
+    if best is None:
+        print("no trial completed")
+    else:
+        print(f"best: trial {best['number']}, {best['metric']} = {format_metric(best['value'])}")
+        print(f"  overrides: {' '.join(best['overrides'])}")
+    print(f"mlflow tuning run {summary['run_id']} in {summary['tracking_uri']}")
+    if summary["preset"]:
+        name = Path(summary["preset"]).stem
+        print(f"preset written to {summary['preset']}: sgt run +experiment={name}")
 
 
 def command_scores(overrides: list[str], path: str | None) -> int:
@@ -382,6 +455,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-m", "--multirun", action="store_true",
                      help="sweep: comma-separated values run once each (e.g. seed=0,1,2,3,4)")
     run.add_argument("overrides", nargs="*", help="Hydra overrides, key=value")
+    tune = commands.add_parser("tune", help="search hyper-parameters with Optuna, tracked in MLflow",
+                               description=TUNE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    tune.add_argument("overrides", nargs="*", help="Hydra overrides, key=value (tune.* configure the search)")
     scores = commands.add_parser("scores", help="summarise exported attention scores", description=SCORES_HELP,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     scores.add_argument("overrides", nargs="*", help="Hydra overrides selecting the run")
@@ -436,6 +512,8 @@ def main(argv: list[str] | None = None) -> int:
             return command_ddp_node(args.rdzv_endpoint, args.once, args.overrides)
         if args.command == "run":
             return command_run(args.overrides, args.multirun)
+        if args.command == "tune":
+            return command_tune(args.overrides)
         if args.command == "stages":
             return command_stages(args.overrides, args.json, args.verify)
         if args.command == "report":

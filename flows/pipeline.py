@@ -93,11 +93,15 @@ STAGE_TASKS = {
 
 
 @flow(name="sgt-pipeline", persist_result=False)
-def sgt_pipeline(overrides: list[str] | None = None) -> dict:
+def sgt_pipeline(overrides: list[str] | None = None, parent_run_id: str | None = None,
+                 tags: dict[str, str] | None = None) -> dict:
     """preprocess -> estimate -> export -> train, tracked as one MLflow parent run with a child per stage.
 
     Args:
         overrides: Hydra overrides, e.g. ["dataset=npz", "dataset.path=FILE", "train.epochs=50"].
+        parent_run_id: an MLflow run (of the same experiment) to nest the pipeline's run under, e.g. the
+            tuning run of `sgt tune`, whose trials are pipeline runs.
+        tags: further tags of the pipeline's run (`sgt tune`'s `sgt.study`, `sgt.trial`).
     """
     cfg = compose_config(overrides)
     keys = stage_keys(cfg)
@@ -108,7 +112,13 @@ def sgt_pipeline(overrides: list[str] | None = None) -> dict:
         from flows.pools import register_stage_deployments, stage_pools
 
         register_stage_deployments(stage_pools(cfg))  # so that they match this run's pools
-    parent_run_id = tracker.start_pipeline(cfg, keys, {"sgt.prefect_flow_run_id": runtime.flow_run.id or ""})
+    nested = {"mlflow.parentRunId": parent_run_id} if parent_run_id else {}
+    # The run's params and config.yaml hold what the pipeline reads: no stage reads `tune`, which `sgt tune`
+    # logs on its tuning run.
+    pipeline_run_id = tracker.start_pipeline(
+        {section: value for section, value in cfg.items() if section != "tune"}, keys,
+        {"sgt.prefect_flow_run_id": runtime.flow_run.id or "", **nested, **(tags or {})},
+    )
     started = time.perf_counter()
     results = {}
     store = open_store(cfg["paths"]["artifacts"])
@@ -116,23 +126,23 @@ def sgt_pipeline(overrides: list[str] | None = None) -> dict:
         checksummed = stages_to_checksum(store, keys, force_from)
         for index, stage in enumerate(STAGES):
             results[stage.name] = STAGE_TASKS[stage.name](
-                stage.name, cfg, keys, index >= force_from, parent_run_id, tracker, stage.name in checksummed
+                stage.name, cfg, keys, index >= force_from, pipeline_run_id, tracker, stage.name in checksummed
             )
             worker_key = results[stage.name].pop("key", keys[stage.name])
             if worker_key != keys[stage.name]:  # a worker's device or code differs from this machine's
                 keys = rekeyed(cfg, keys, stage.name, worker_key)
-                tracker.set_tags(parent_run_id, {f"sgt.key.{name}": key for name, key in keys.items()})
+                tracker.set_tags(pipeline_run_id, {f"sgt.key.{name}": key for name, key in keys.items()})
         train_metrics = results["train"]["metrics"]
         summary = {k: v for k, v in train_metrics.items() if k.startswith(("val_", "test_"))}
-        tracker.log_results(parent_run_id, {**summary, "pipeline_seconds": time.perf_counter() - started})
-        tracker.set_tags(parent_run_id, {
+        tracker.log_results(pipeline_run_id, {**summary, "pipeline_seconds": time.perf_counter() - started})
+        tracker.set_tags(pipeline_run_id, {
             "sgt.device": train_metrics.get("device", "cpu"),
             "sgt.cache_hits": ",".join(n for n, r in results.items() if r["cache_hit"]) or "none",
         })
         tracker.flush()  # the stages' files and plots, logged while the later stages ran
     except BaseException:
-        tracker.fail(parent_run_id)
+        tracker.fail(pipeline_run_id)
         raise
-    tracker.end(parent_run_id)
-    return {"run_id": parent_run_id, "keys": keys, "stages": results, "metrics": summary,
+    tracker.end(pipeline_run_id)
+    return {"run_id": pipeline_run_id, "keys": keys, "stages": results, "metrics": summary,
             "tracking_uri": tracker.client.tracking_uri, "artifacts": store.location()}

@@ -20,6 +20,7 @@ from sgt_core.config.preprocess import PreprocessConfig
 from sgt_core.config.sampler import SamplerConfig
 from sgt_core.config.section import NULL_OR_TEXT, TEXT, Problem, Section, checked, integer, is_int, one_of
 from sgt_core.config.train import TrainConfig
+from sgt_core.config.tune import TuneConfig
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class Config(Section):
     optimizer: AdamWConfig
     train: TrainConfig
     orchestration: OrchestrationConfig
+    tune: TuneConfig
 
     def _field_problems(self) -> list[Problem]:
         return super()._field_problems() + dataset_problems(self.dataset)

@@ -25,7 +25,7 @@ from sgt_core.metrics import UNDEFINED, all_metrics, evaluate, metric_name, spli
 from sgt_core.models import NodeExtras, Spexphormer
 from sgt_core.numerics import check_loss
 from sgt_core.optim import AdamW, CosineWithWarmup
-from sgt_core.preprocess.interaction_graph import NODE_KINDS, InteractionGraph
+from sgt_core.preprocess.interaction_graph import EDGE_TYPES, NODE_KINDS, InteractionGraph
 from sgt_core.preprocess.outputs import INTERACTION_GRAPH_FILE
 from sgt_core.progress import Progress
 from sgt_core.sampling import LayerSampler
@@ -33,9 +33,11 @@ from sgt_core.sampling.degrees import sampled_degree_histograms
 from sgt_core.seeding import seed_everything
 from sgt_core.train.device import resolve_device
 from sgt_core.train.distributed import Ranks, launch, world_size
+from sgt_core.train.evaluation_listeners import notify
 from sgt_core.train.outputs import HISTORY_FILE, MODEL_FILE, SAMPLED_DEGREES_FILE
 
 log = logging.getLogger(__name__)
+GRAPH_EDGE_TYPE = EDGE_TYPES.index("graph")  # the local branch's and the degree signal's edges
 
 
 
@@ -64,14 +66,15 @@ class WideNetworkTraining:
               device: torch.device) -> WideNetworkTraining:
         network, sampling, optimizer, train = read_groups(cfg)
         x, node_kind, y = graph.x.to(device), graph.node_kind.to(device), graph.y.to(device)
-        extras = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure")).to(device)
+        extras = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"), GRAPH_EDGE_TYPE).to(device)
         edge_spd = graph.edge_spd.to(device) if graph.num_spd_buckets else None
         generator = torch.Generator(device=device).manual_seed(cfg["seed"])
         sampler = LayerSampler(graph.edge_index.to(device), graph.edge_type.to(device), graph.ptr.to(device),
                                layer_scores.to(device), degrees=network.degrees, method=sampling.method,
                                generator=generator, edge_spd=edge_spd)
         # The graph's sizes (features, classes, edge types, node kinds, SPD, LPE and tokens) and the group's.
-        model = Spexphormer(**graph.model_input_sizes(), **network.network_arguments()).to(device)
+        model = Spexphormer(**graph.model_input_sizes(), graph_edge_type=GRAPH_EDGE_TYPE,
+                            **network.network_arguments()).to(device)
         adamw = AdamW(model.parameters(), lr=optimizer.lr, weight_decay=optimizer.weight_decay,
                       betas=tuple(optimizer.betas), eps=optimizer.eps)
         return cls(x, node_kind, y, extras, sampler, model, adamw, generator, train.batch_size)
@@ -196,6 +199,8 @@ def _fit(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device:
             row["val_loss"] = F.cross_entropy(val_logits, y[val_nodes]).item()
             if "val" not in undefined:
                 row[f"val_{metric}"] = evaluate(val_logits, y[val_nodes], graph.num_classes)
+            if ranks is None or ranks.rank == 0:  # e.g. `sgt tune`, which may stop a hopeless trial here
+                notify(epoch, row)
             selection = -row["val_loss"] if "val" in undefined else row[f"val_{metric}"]
             if selection > best["selection"]:
                 scores = {
