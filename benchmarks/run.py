@@ -46,6 +46,14 @@ DATASETS = {
     "citeseer": ["+experiment=citeseer", f"dataset.path={SHARED / 'citeseer.npz'}"],
     "long_range": ["+experiment=long_range"],
 }
+# The hybrid variants replace the dataset's preset by its `<dataset>_hybrid` one (a local MPNN branch in every
+# layer, GraphGPS's layout); `defaults` by none at all: what `sgt run dataset=npz dataset.path=FILE` gives.
+PRESET_VARIANTS = {
+    "hybrid": lambda dataset: [f"+experiment={dataset}_hybrid", *DATASETS[dataset][1:]],
+    # the hybrid without the estimator's scores: do they still help once a local branch is there?
+    "hybrid_uniform": lambda dataset: [f"+experiment={dataset}_hybrid", *DATASETS[dataset][1:], "sampler=uniform"],
+    "defaults": lambda dataset: ["dataset=npz", *DATASETS[dataset][1:]],
+}
 VARIANTS = {
     "spexphormer": [],
     "uniform": ["sampler=uniform"],
@@ -206,8 +214,15 @@ def edge_percent(graph: InteractionGraph, degrees: list[int], sampler: str) -> f
     return 100.0 * sum(kept) / (len(degrees) * graph.num_edges)
 
 
+def variant_overrides(dataset: str, variant: str) -> list[str]:
+    """The overrides of one benchmark row: the dataset's preset and the variant's changes to it."""
+    if variant in PRESET_VARIANTS:
+        return PRESET_VARIANTS[variant](dataset)
+    return [*DATASETS[dataset], *VARIANTS[variant]]
+
+
 def run_one(store: ArtifactStore, dataset: str, variant: str, seed: int) -> dict:
-    cfg = compose_config([*DATASETS[dataset], *VARIANTS[variant], f"seed={seed}"])
+    cfg = compose_config([*variant_overrides(dataset, variant), f"seed={seed}"])
     keys = stage_keys(cfg)
     results = {stage.name: run_stage(store, stage, cfg, keys) for stage in STAGES}
     graph = InteractionGraph.load(store.path("preprocess", keys["preprocess"]) / INTERACTION_GRAPH_FILE)
@@ -445,7 +460,8 @@ def write_report(out: Path, rows: list[dict], extras: dict) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", nargs="+", default=["minesweeper", "tolokers", "cora", "citeseer", "long_range"])
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", default=[*VARIANTS, *PRESET_VARIANTS],
+                        choices=[*VARIANTS, *PRESET_VARIANTS])
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--ablation-seeds", type=int, default=None,
                         help="seeds for variants other than spexphormer (default: --seeds)")
@@ -465,6 +481,8 @@ def main(argv: list[str] | None = None) -> None:
     for dataset in args.datasets:
         for variant in args.variants:
             if dataset == "long_range" and variant not in ("spexphormer", "graph_only"):
+                continue
+            if variant in PRESET_VARIANTS and dataset not in ("minesweeper", "tolokers", "cora", "citeseer"):
                 continue
             if variant == "graph_only" and dataset != "long_range":
                 continue

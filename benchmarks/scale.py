@@ -1,6 +1,7 @@
 """`make bench-scale`: every stage on generated graphs from 10^4 nodes to Amazon2M's size, per attention edge.
 
     python -m benchmarks.scale [--sizes 1e4 1e5 1e6 amazon2m] [--memory-limit-gb 20] [--out artifacts/bench]
+                               [--overrides model.local=gcn model.degree_signal=true]
 
 Each stage runs in its own process (benchmarks/stage_process.py) under a memory watchdog: a stage that
 passes the limit is killed and its row records the breaking point instead of the machine running out of
@@ -45,9 +46,11 @@ COLUMNS = ["size", "nodes", "attention_edges", "layers", "stage", "status", "sec
            "peak_rss_mb", "bytes_per_edge", "ns_per_edge_layer_epoch"]
 
 
-def measure_size(store: ArtifactStore, size: str, memory_limit_mb: float, time_limit_s: float | None) -> list[dict]:
-    """Runs (or reuses) the four stages of one size; a row per stage, the breaking point if one was killed."""
-    cfg = compose_config(SIZES[size])
+def measure_size(store: ArtifactStore, size: str, memory_limit_mb: float, time_limit_s: float | None,
+                 overrides: tuple[str, ...] = ()) -> list[dict]:
+    """Runs (or reuses) the four stages of one size, with `overrides` on top of its configuration; a row per
+    stage, the breaking point if one was killed."""
+    cfg = compose_config([*SIZES[size], *overrides])
     keys = stage_keys(cfg)
     rows, edges = [], None
     layers = cfg["model"]["num_layers"]
@@ -114,7 +117,7 @@ def growth_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
-def write_report(out: Path, rows: list[dict], memory_limit_mb: float) -> None:
+def write_report(out: Path, rows: list[dict], memory_limit_mb: float, overrides: tuple[str, ...] = ()) -> None:
     """scale.csv, scale.md and scale.png, each written to a temporary name and renamed."""
     def cell(value) -> str:
         return f"{value:.2f}" if isinstance(value, float) else ("-" if value is None else str(value))
@@ -128,7 +131,8 @@ def write_report(out: Path, rows: list[dict], memory_limit_mb: float) -> None:
         (f"CPU: {cpu_model()}, {os.cpu_count()} cores; memory watchdog at {memory_limit_mb:.0f} MB per stage. "
         "Generated graphs (`dataset=synthetic`, average degree 20; Amazon2M's size and Table 9's networks for "
         "`amazon2m`). bytes_per_edge: the stage's peak RSS over the interaction graph's edges; "
-        "ns_per_edge_layer_epoch: seconds per epoch over (edges x layers)."), "",
+        "ns_per_edge_layer_epoch: seconds per epoch over (edges x layers)."
+        + (f" Overrides on every size: `{' '.join(overrides)}`." if overrides else "")), "",
         "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS),
         *("| " + " | ".join(cell(row.get(column)) for column in COLUMNS) + " |" for row in rows),
         "", "## Targets", "", *target_lines(rows), "", "## Growth from 10^5 to 10^6 nodes (target: at most 12x)", "",
@@ -174,6 +178,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stage-time-limit-min", type=float, default=None,
                         help="stop a stage running longer than this and record it (default: no limit)")
     parser.add_argument("--out", default=str(REPO / "artifacts" / "bench"))
+    parser.add_argument("--overrides", nargs="*", default=[],
+                        help="Hydra overrides on every size, e.g. model.local=gcn (use another --out per setting)")
     args = parser.parse_args(argv)
     time_limit_s = None if args.stage_time_limit_min is None else args.stage_time_limit_min * 60
     out = Path(args.out)
@@ -185,9 +191,9 @@ def main(argv: list[str] | None = None) -> None:
     text = {"size", "stage", "status"}  # "1e4" is a size's name, not a number
     rows = [row for row in read_rows(previous, text) if row["size"] not in args.sizes] if previous.is_file() else []
     for size in args.sizes:
-        rows += measure_size(store, size, limit_mb, time_limit_s)
+        rows += measure_size(store, size, limit_mb, time_limit_s, tuple(args.overrides))
         rows.sort(key=lambda row: (list(SIZES).index(row["size"]), [s.name for s in STAGES].index(row["stage"])))
-        write_report(out, rows, limit_mb)
+        write_report(out, rows, limit_mb, tuple(args.overrides))
         print(json.dumps([row for row in rows if row["size"] == size]), flush=True)
 
 
