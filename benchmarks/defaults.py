@@ -15,10 +15,9 @@ from __future__ import annotations
 import argparse
 import csv
 import statistics
-import sys
 from pathlib import Path
 
-from benchmarks.run import DATASETS, REPO, SHARED, run_stage
+from benchmarks.run import DATASETS, REPO, open_benchmark_store, run_stage
 from sgt_core.artifacts import ArtifactStore, atomic_path
 from sgt_core.config import compose_config
 from sgt_core.pipeline import STAGES, stage_keys
@@ -65,9 +64,9 @@ def write_report(out: Path, rows: list[dict]) -> str:
     winner = min(mean_rank, key=mean_rank.get)
     datasets = sorted({row["dataset"] for row in rows})
     lines = ["# Top-level defaults: mean validation rank across the shared datasets", "",
-             "`python -m benchmarks.defaults`: each candidate's overrides on conf/config.yaml with "
-             "`dataset=npz dataset.path=FILE` and no preset; validation (test) metric ×100, mean over seeds; "
-             "rank by validation, 1 = best.", "",
+             ("`python -m benchmarks.defaults`: each candidate's overrides on conf/config.yaml with "
+              "`dataset=npz dataset.path=FILE` and no preset; validation (test) metric ×100, mean over seeds; "
+              "rank by validation, 1 = best."), "",
              "| candidate | overrides | " + " | ".join(datasets) + " | mean rank |",
              "|---|---|" + "---|" * len(datasets) + "---|"]
     for candidate in sorted(mean_rank, key=mean_rank.get):
@@ -99,11 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--datasets", nargs="+", default=list(FILES), choices=list(FILES))
     parser.add_argument("--out", default=str(REPO / "artifacts" / "bench"))
     args = parser.parse_args(argv)
-    if not SHARED.is_dir():
-        sys.exit(f"choosing the defaults needs the real datasets at {SHARED}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    store = ArtifactStore(out / "cache")
+    out, store = open_benchmark_store(args.out, "choosing the defaults")
     rows = []
     for dataset in args.datasets:
         for candidate in args.candidates:

@@ -457,6 +457,15 @@ def write_report(out: Path, rows: list[dict], extras: dict) -> None:
         partial_md.write_text("\n".join(lines) + "\n")
 
 
+def open_benchmark_store(out: str, what: str) -> tuple[Path, ArtifactStore]:
+    """The output folder (created) and its stage cache `<out>/cache`; exits when the datasets are missing."""
+    if not SHARED.is_dir():
+        sys.exit(f"{what} needs the real datasets at {SHARED}")
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder, ArtifactStore(folder / "cache")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", nargs="+", default=["minesweeper", "tolokers", "cora", "citeseer", "long_range"])
@@ -470,11 +479,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="only the rows of --datasets x --variants: no sampler, orchestration, epoch-memory or "
                              "GCN sections (earlier ones are kept)")
     args = parser.parse_args(argv)
-    if not SHARED.is_dir():
-        sys.exit(f"the benchmark needs the real datasets at {SHARED}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    store = ArtifactStore(out / "cache")
+    out, store = open_benchmark_store(args.out, "the benchmark")
     # Rows of earlier invocations stay in the report (a narrowed run adds to it rather than replacing it);
     # a (dataset, variant, seed) measured again replaces its old row.
     measured = {(r["dataset"], r["variant"], r["seed"]): r for r in previous_rows(out / "results.csv")}
