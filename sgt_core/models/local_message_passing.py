@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
-from torch_geometric.nn import GATv2Conv, GCNConv, SAGEConv
-from torch_geometric.utils import scatter
 
 from sgt_core.layers import FullLayer, SampledLayer
 
@@ -16,8 +15,11 @@ SAGE_AGGREGATIONS: tuple[str, ...] = ("mean", "sum")
 class LocalMessagePassing(nn.Module):
     r"""A message-passing layer over the input graph's own edges among those a layer keeps (GraphGPS's MPNN).
 
-    The parameters are PyG's layers (`GCNConv`, `SAGEConv`, `GATv2Conv`) and so is the math; what differs
-    is where the edges come from. A layer's pattern holds every kind of interaction edge (expander,
+    The math and the parameters (names, shapes, glorot init) are those of PyG's `GCNConv`, `SAGEConv` and
+    `GATv2Conv`, whose state dicts load into `self.conv` and back, and tests/models/test_local_message_passing.py
+    checks the outputs against PyG's layers. They are written out in plain torch rather than called: importing
+    torch_geometric imports torch._dynamo, ~1.3 s and ~160 MB in every train stage process, and GCN and sums
+    need per-target weights (below) that the layers cannot take. What differs is where the edges come from. A layer's pattern holds every kind of interaction edge (expander,
     virtual, anchor, ...); the branch uses only the `graph` ones: in a `SampledLayer` the slots of that
     type (so the fixed-degree layout and Algorithm 2's batches are unchanged), in a `FullLayer` all of
     the graph's edges. It runs as a bipartite layer from the layer's input rows (K) to its queries (Q):
@@ -55,17 +57,11 @@ class LocalMessagePassing(nn.Module):
             raise ValueError(f"local branch kind must be one of {', '.join(LOCAL_KINDS[1:])}, got {kind!r}")
         if aggregation not in SAGE_AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {', '.join(SAGE_AGGREGATIONS)}, got {aggregation!r}")
+        if kind == "gatv2" and hidden % heads:
+            raise ValueError(f"hidden width {hidden} is not divisible by {heads} heads")
         self.kind, self.aggregation, self.graph_edge_type = kind, aggregation, graph_edge_type
-        if kind == "gcn":
-            self.conv: nn.Module = GCNConv(hidden, hidden)
-        elif kind == "sage":
-            self.conv = SAGEConv(hidden, hidden, aggr=aggregation)
-        else:
-            if hidden % heads:
-                raise ValueError(f"hidden width {hidden} is not divisible by {heads} heads")
-            # Self-loops are added here (`_with_self_edges`): in a bipartite layer PyG would join input row q
-            # to query q, which is another node.
-            self.conv = GATv2Conv(hidden, hidden // heads, heads=heads, add_self_loops=False)
+        self.heads = heads if kind == "gatv2" else 1
+        self.conv = _ConvParameters(kind, hidden, self.heads)
 
     def reset_parameters(self) -> None:
         self.conv.reset_parameters()
@@ -74,9 +70,8 @@ class LocalMessagePassing(nn.Module):
         source, target, kept = self.graph_edges(layer, query_h.shape[0])  # [E'], [E'], [Q]
         query_rows = torch.arange(h.shape[0], device=h.device) if isinstance(layer, FullLayer) else layer.queries
         real = graph_degree.index_select(0, query_rows).to(h.dtype)  # [Q] n_i
-        if self.kind == "gatv2":
-            source, target = _with_self_edges(source, target, query_rows)
-            return self.conv((h, query_h), torch.stack([source, target]))  # sizes from the pair: [K] -> [Q]
+        if self.kind == "gatv2":  # over N(i) and i itself, as PyG's layer with its self-loops
+            return self._gatv2(h, query_h, *_with_self_edges(source, target, query_rows))
         # n_i / s_i: the sampled sum's correction (1 where every neighbour is kept)
         correction = real / kept.clamp_min(1).to(h.dtype)  # [Q]
         if self.kind == "gcn":
@@ -84,16 +79,29 @@ class LocalMessagePassing(nn.Module):
             query_root = (real + 1).rsqrt()  # [Q] 1 / sqrt(d_i)
             weight = correction[target] * query_root[target] * degree_root[source]  # [E']
             projected = self.conv.lin(h)  # [K, D]
-            neighbours = scatter(projected[source] * weight.unsqueeze(1), target, dim=0,
-                                 dim_size=query_h.shape[0], reduce="sum")  # [Q, D]
+            neighbours = _sum_by_target(projected[source] * weight.unsqueeze(1), target, query_h.shape[0])  # [Q, D]
             own = projected.index_select(0, query_rows) * query_root.square().unsqueeze(1)  # [Q, D] self-loop
             return neighbours + own + self.conv.bias
-        if self.aggregation == "mean":
-            aggregated = scatter(h[source], target, dim=0, dim_size=query_h.shape[0], reduce="mean")  # [Q, D]
-        else:
-            aggregated = scatter(h[source], target, dim=0, dim_size=query_h.shape[0],
-                                 reduce="sum") * correction.unsqueeze(1)  # [Q, D]
-        return self.conv.lin_l(aggregated) + self.conv.lin_r(query_h)
+        summed = _sum_by_target(h[source], target, query_h.shape[0])  # [Q, D]
+        # mean: over the kept neighbours (0 where there are none, as in PyG); sum: n_i times that mean
+        scale = 1 / kept.clamp_min(1).to(h.dtype) if self.aggregation == "mean" else correction  # [Q]
+        return self.conv.lin_l(summed * scale.unsqueeze(1)) + self.conv.lin_r(query_h)
+
+    def _gatv2(self, h: Tensor, query_h: Tensor, source: Tensor, target: Tensor) -> Tensor:
+        """GATv2Conv (concatenated heads, LeakyReLU slope 0.2, no edge features) from input rows to queries."""
+        heads, num_queries = self.heads, query_h.shape[0]
+        source_h = self.conv.lin_l(h).view(h.shape[0], heads, -1)  # [K, H, C]
+        query_proj = self.conv.lin_r(query_h).view(num_queries, heads, -1)  # [Q, H, C]
+        messages = source_h.index_select(0, source)  # [E', H, C]
+        scores = (F.leaky_relu(messages + query_proj.index_select(0, target), 0.2) * self.conv.att).sum(-1)  # [E', H]
+        # softmax over each query's edges; the per-query max is a constant there, so no gradient through it
+        largest = torch.full((num_queries, heads), float("-inf"), dtype=scores.dtype, device=scores.device)
+        largest = largest.scatter_reduce(0, target.unsqueeze(1).expand(-1, heads), scores.detach(), "amax")
+        weights = (scores - largest.index_select(0, target)).exp()  # [E', H]
+        totals = _sum_by_target(weights, target, num_queries)  # [Q, H]; every query has its self edge
+        attention = weights / totals.index_select(0, target)  # [E', H]
+        out = _sum_by_target(messages * attention.unsqueeze(-1), target, num_queries)  # [Q, H, C]
+        return out.reshape(num_queries, -1) + self.conv.bias
 
     def graph_edges(self, layer: SampledLayer | FullLayer, num_queries: int) -> tuple[Tensor, Tensor, Tensor]:
         """The kept graph edges as (source input row [E'], target query [E']) and each query's count [Q]."""
@@ -109,6 +117,48 @@ class LocalMessagePassing(nn.Module):
 
     def extra_repr(self) -> str:
         return f"kind={self.kind}" + (f", aggregation={self.aggregation}" if self.kind == "sage" else "")
+
+
+class _ConvParameters(nn.Module):
+    """The parameters of PyG's layer of `kind`, by its names and shapes, so that state dicts load both ways.
+
+    gcn: `lin` (no bias) and `bias`; sage: `lin_l` (bias) on the neighbours, `lin_r` (no bias) on the node;
+    gatv2: `lin_l`, `lin_r` (both with bias), `att` [1, H, C] and `bias`.
+    """
+
+    def __init__(self, kind: str, hidden: int, heads: int) -> None:
+        super().__init__()
+        if kind == "gcn":
+            self.lin = nn.Linear(hidden, hidden, bias=False)
+            self.bias = nn.Parameter(torch.empty(hidden))
+        elif kind == "sage":
+            self.lin_l = nn.Linear(hidden, hidden)
+            self.lin_r = nn.Linear(hidden, hidden, bias=False)
+        else:
+            self.lin_l = nn.Linear(hidden, hidden)
+            self.lin_r = nn.Linear(hidden, hidden)
+            self.att = nn.Parameter(torch.empty(1, heads, hidden // heads))
+            self.bias = nn.Parameter(torch.empty(hidden))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """PyG's initialisation: sage's layers as nn.Linear's; gcn's and gatv2's weights glorot, biases zero."""
+        if hasattr(self, "lin_r") and not hasattr(self, "att"):  # sage
+            self.lin_l.reset_parameters()
+            self.lin_r.reset_parameters()
+            return
+        for linear in self.children():
+            nn.init.xavier_uniform_(linear.weight)
+            if linear.bias is not None:
+                nn.init.zeros_(linear.bias)
+        if hasattr(self, "att"):
+            nn.init.xavier_uniform_(self.att)
+        nn.init.zeros_(self.bias)
+
+
+def _sum_by_target(values: Tensor, target: Tensor, num_targets: int) -> Tensor:
+    """values [E, ...] summed into their targets' rows -> [num_targets, ...]."""
+    return values.new_zeros((num_targets, *values.shape[1:])).index_add_(0, target, values)
 
 
 def _with_self_edges(source: Tensor, target: Tensor, query_rows: Tensor) -> tuple[Tensor, Tensor]:

@@ -215,11 +215,13 @@ def test_sampled_degrees_follow_the_sampled_depth_and_the_overrides_compose():
     distributions = compose_config(["tune=default"])["tune"]["space"]
     fixed = FixedTrial({"optimizer.lr": 0.005, "model.dropout": 0.25, "model.hidden": 64, "model.num_layers": 3,
                         "model.degrees.first": 12, "model.degrees.others": 5, "model.local": "none",
+                        "model.local_aggregation": "sum", "model.degree_signal": True,
                         "preprocess.expander.degree": 6, "estimator.width": 4})
     sampled = sample_overrides(fixed, parse_space(distributions), cfg)
     assert sampled == ["optimizer.lr=0.005", "model.dropout=0.25", "model.hidden=64", "model.num_layers=3",
                        "estimator.num_layers=3", "model.degrees=[12,5,5]", "model.local=none",
-                       "preprocess.expander.degree=6", "estimator.width=4"]
+                       "model.local_aggregation=sum", "model.degree_signal=true", "preprocess.expander.degree=6",
+                       "estimator.width=4"]
     composed = compose_config([*TINY_OVERRIDES, *sampled])
     assert composed["model"]["degrees"] == [12, 5, 5] and composed["model"]["local"] == "none"
     # Without a sampled depth, the base configuration's (2 layers) decides.
