@@ -17,12 +17,12 @@ import csv
 import statistics
 from pathlib import Path
 
-from benchmarks.run import DATASETS, REPO, open_benchmark_store, run_stage
+from benchmarks.run import REPO, open_benchmark_store, run_stage, variant_overrides
 from sgt_core.artifacts import ArtifactStore, atomic_path
 from sgt_core.config import compose_config
 from sgt_core.pipeline import STAGES, stage_keys
 
-FILES = {name: DATASETS[name][1] for name in ("minesweeper", "tolokers", "cora", "citeseer")}  # dataset.path=
+DATASETS = ("minesweeper", "tolokers", "cora", "citeseer")
 CANDIDATES = {
     # conf/ as it was before the local branch: attention only
     "attention_only": ["model.local=none", "model.degree_signal=false"],
@@ -35,7 +35,7 @@ CANDIDATES = {
 
 
 def measure(store: ArtifactStore, dataset: str, candidate: str, seed: int) -> dict:
-    cfg = compose_config(["dataset=npz", FILES[dataset], *CANDIDATES[candidate], f"seed={seed}"])
+    cfg = compose_config([*variant_overrides(dataset, "defaults"), *CANDIDATES[candidate], f"seed={seed}"])
     keys = stage_keys(cfg)
     results = {stage.name: run_stage(store, stage, cfg, keys) for stage in STAGES}
     train = results["train"]["metrics"]
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
-    parser.add_argument("--datasets", nargs="+", default=list(FILES), choices=list(FILES))
+    parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
     parser.add_argument("--out", default=str(REPO / "artifacts" / "bench"))
     args = parser.parse_args(argv)
     out, store = open_benchmark_store(args.out, "choosing the defaults")

@@ -47,7 +47,7 @@ def flatten(value, prefix: str = "") -> dict[str, str]:
     return {prefix.rstrip("."): json.dumps(value) if isinstance(value, list) else str(value)}
 
 
-def _owner() -> dict[str, str]:
+def owner_tags() -> dict[str, str]:
     """Tags naming the process that writes a run, so a later run can tell whether it died."""
     return {"sgt.host": socket.gethostname(), "sgt.pid": str(os.getpid())}
 
@@ -136,10 +136,10 @@ class Tracker:
         run = self.client.create_run(
             self.experiment_id,
             run_name=f"pipeline-{keys['train'][:8]}",
-            tags={"sgt.stage": "pipeline", **{f"sgt.key.{stage}": key for stage, key in keys.items()}, **_owner(),
+            tags={"sgt.stage": "pipeline", **{f"sgt.key.{stage}": key for stage, key in keys.items()}, **owner_tags(),
                   **(tags or {})},
         )
-        self._log_params(run.info.run_id, flatten(cfg))
+        self.log_params(run.info.run_id, flatten(cfg))
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / "config.yaml"
             path.write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -156,11 +156,11 @@ class Tracker:
                 "sgt.stage": stage,
                 "sgt.cache_hit": str(cache_hit).lower(),
                 "sgt.cache_key": key,
-                **_owner(),
+                **owner_tags(),
                 **(tags or {}),
             },
         )
-        self._log_params(run.info.run_id, flatten(params))
+        self.log_params(run.info.run_id, flatten(params))
         return run.info.run_id
 
     def stage_run(self, parent_run_id: str, stage: str) -> Run | None:
@@ -250,7 +250,7 @@ class Tracker:
         with contextlib.suppress(Exception):
             self.end(run_id, ok=False)
 
-    def _log_params(self, run_id: str, params: dict[str, str]) -> None:
+    def log_params(self, run_id: str, params: dict[str, str]) -> None:
         items = [Param(k, v[:6000]) for k, v in params.items()]
         for start in range(0, len(items), _BATCH):
             self.client.log_batch(run_id, params=items[start:start + _BATCH])

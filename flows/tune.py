@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING
 import optuna
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from mlflow.entities import Metric, Param
+from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
 from optuna.trial import FrozenTrial, TrialState
 from prefect import flow, runtime
 
 from flows.pipeline import crash_flow_runs_of_dead_pipelines, sgt_pipeline
-from flows.tracking import Tracker, flatten
+from flows.tracking import Tracker, flatten, owner_tags
 from sgt_core.artifacts import atomic_path, fingerprint, is_url, process_exists
 from sgt_core.config import compose_config, config_dir
 from sgt_core.config.section import ConfigProblems
@@ -62,11 +62,6 @@ MAX_INVALID_IN_A_ROW = 10
 RUN_ID_ATTR = "mlflow_run_id"  # the study's user attribute naming its tuning run
 # The sections a stage reads, hence what a preset must reproduce of the best trial.
 STAGE_SECTIONS = tuple(dict.fromkeys(section for stage in STAGES for section in stage.config_sections))
-
-
-def _owner() -> dict[str, str]:
-    """As on flows/tracking.py's runs: a later Tracker closes the run once this process is gone."""
-    return {"sgt.host": socket.gethostname(), "sgt.pid": str(os.getpid())}
 
 
 def check_tuning(cfg: dict) -> TuneConfig:
@@ -308,6 +303,7 @@ class Tuning:
     tracker: Tracker
     run_id: str  # the tuning run's
     storage: str  # the study's Optuna storage URL
+    recorded_best: int | None = None  # the trial whose best_config.yaml the tuning run holds
 
     def run(self) -> None:
         """Runs trials until the study has `tune.trials` finished (complete or pruned) ones."""
@@ -399,7 +395,8 @@ class Tuning:
         metric = (best.user_attrs.get("metric") if best else None) or self.tune.metric or "validation metric"
         figure = trials_figure(trials, metric, self.study.study_name)
         self.tracker.log_figures(self.run_id, {"trials": figure})
-        if best is not None:
+        if best is not None and best.number != self.recorded_best:  # best_config.yaml changes with the best
+            self.recorded_best = best.number
             with tempfile.TemporaryDirectory() as folder:
                 path = Path(folder) / "best_config.yaml"
                 path.write_text(yaml.safe_dump(self.best_config(best), sort_keys=False))
@@ -445,7 +442,7 @@ def open_tuning_run(tracker: Tracker, study: optuna.Study, tune: TuneConfig, bas
     client, name = tracker.client, study.study_name
     tags = {"sgt.stage": TUNING_STAGE, "sgt.study": name, "sgt.storage": storage,
             "sgt.base_overrides": " ".join(base), "sgt.prefect_flow_run_id": runtime.flow_run.id or "",
-            **_owner()}
+            **owner_tags()}
     run_id = study.user_attrs.get(RUN_ID_ATTR)
     if run_id:
         try:
@@ -463,9 +460,7 @@ def open_tuning_run(tracker: Tracker, study: optuna.Study, tune: TuneConfig, bas
     # What a resumed study may change (how many trials, the preset) is left out: params cannot change.
     searched = {key: value for key, value in tune.as_dict().items()
                 if key not in ("trials", "preset", "overwrite_preset")}
-    params = [Param(key, value[:6000]) for key, value in flatten({"tune": searched}).items()]
-    for start in range(0, len(params), 100):
-        client.log_batch(run_id, params=params[start:start + 100])
+    tracker.log_params(run_id, flatten({"tune": searched}))
     study.set_user_attr(RUN_ID_ATTR, run_id)
     return run_id
 

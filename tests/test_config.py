@@ -194,6 +194,9 @@ def _composed_with(key: str, value) -> dict:
     ("preprocess.expander.degre", 4, "preprocess.expander.degre: unknown key; valid keys in preprocess.expander"),
     ("sampler.name", "reservoir", "sampler.name: unknown key; valid keys in sampler: method"),
     ("colour", "blue", "colour: unknown key; valid keys in the config: dataset, estimator"),
+    ("model.local", "gin", "model.local: expected one of none, gcn, sage, gatv2, found 'gin'"),
+    ("model.local_aggregation", "max", "model.local_aggregation: expected one of mean, sum"),
+    ("model.degree_signal", "yes", "model.degree_signal: must be true or false"),
 ])
 def test_a_bad_value_in_a_group_is_one_error_naming_its_key(key, value, message):
     with pytest.raises(ConfigProblems) as error:
@@ -315,14 +318,3 @@ print(" ".join(sorted(name for name in sys.modules if name.startswith(heavy))))
                             cwd=REPO_ROOT)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [], result.stdout
-
-
-@pytest.mark.parametrize(("key", "value", "message"), [
-    ("model.local", "gin", "model.local: expected one of none, gcn, sage, gatv2, found 'gin'"),
-    ("model.local_aggregation", "max", "model.local_aggregation: expected one of mean, sum"),
-    ("model.degree_signal", "yes", "model.degree_signal: must be true or false"),
-])
-def test_a_bad_local_branch_option_is_one_error_naming_its_key(key, value, message):
-    with pytest.raises(ConfigProblems) as error:
-        validate_config(_composed_with(key, value))
-    assert str(error.value).startswith(message), str(error.value)

@@ -128,6 +128,7 @@ class _ConvParameters(nn.Module):
 
     def __init__(self, kind: str, hidden: int, heads: int) -> None:
         super().__init__()
+        self.kind = kind
         if kind == "gcn":
             self.lin = nn.Linear(hidden, hidden, bias=False)
             self.bias = nn.Parameter(torch.empty(hidden))
@@ -143,7 +144,7 @@ class _ConvParameters(nn.Module):
 
     def reset_parameters(self) -> None:
         """PyG's initialisation: sage's layers as nn.Linear's; gcn's and gatv2's weights glorot, biases zero."""
-        if hasattr(self, "lin_r") and not hasattr(self, "att"):  # sage
+        if self.kind == "sage":
             self.lin_l.reset_parameters()
             self.lin_r.reset_parameters()
             return
@@ -151,7 +152,7 @@ class _ConvParameters(nn.Module):
             nn.init.xavier_uniform_(linear.weight)
             if linear.bias is not None:
                 nn.init.zeros_(linear.bias)
-        if hasattr(self, "att"):
+        if self.kind == "gatv2":
             nn.init.xavier_uniform_(self.att)
         nn.init.zeros_(self.bias)
 

@@ -143,9 +143,11 @@ class Spexphormer(nn.Module):
     ) -> Tensor:
         if len(layers) != len(self.layers):
             raise ValueError(f"expected {len(self.layers)} sampled layers, got {len(layers)}")
-        graph_degree = extras.graph_degree if extras is not None else None  # [N0]
-        if self.needs_graph_degree and graph_degree is None:
-            raise ValueError("the local branch and the degree signal need extras.graph_degree, which is None")
+        graph_degree = None  # [N0], carried down the layers only when something reads it
+        if self.needs_graph_degree:
+            graph_degree = extras.graph_degree if extras is not None else None
+            if graph_degree is None:
+                raise ValueError("the local branch and the degree signal need extras.graph_degree, which is None")
         h = self.encoder(x, node_kind, extras)  # [N0, D]
         if self.degree_encoder is not None:
             h = h + self.degree_encoder(graph_degree.to(h.dtype).log1p().unsqueeze(1))  # [N0, D]

@@ -66,7 +66,10 @@ class WideNetworkTraining:
               device: torch.device) -> WideNetworkTraining:
         network, sampling, optimizer, train = read_groups(cfg)
         x, node_kind, y = graph.x.to(device), graph.node_kind.to(device), graph.y.to(device)
-        extras = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"), GRAPH_EDGE_TYPE).to(device)
+        # real graph degrees only for a network that reads them (local branch, degree signal)
+        reads_degrees = network.local != "none" or network.degree_signal
+        extras = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"),
+                                       GRAPH_EDGE_TYPE if reads_degrees else None).to(device)
         edge_spd = graph.edge_spd.to(device) if graph.num_spd_buckets else None
         generator = torch.Generator(device=device).manual_seed(cfg["seed"])
         sampler = LayerSampler(graph.edge_index.to(device), graph.edge_type.to(device), graph.ptr.to(device),
