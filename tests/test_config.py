@@ -187,6 +187,7 @@ def _composed_with(key: str, value) -> dict:
     ("preprocess.expander.degree", "ten", "preprocess.expander.degree: must be an even integer >= 2, found 'ten'"),
     ("train.epochs", 2.5, "train.epochs: must be an integer >= 1, found 2.5"),  # a wrong type
     ("model.dropout", 1.0, "model.dropout: must be a number in [0, 1), found 1.0"),  # out of range
+    ("model.input_dropout", -0.1, "model.input_dropout: must be a number in [0, 1), found -0.1"),
     ("estimator.temperature.gamma", 0, "estimator.temperature.gamma: must be a number in (0, 1], found 0"),
     ("optimizer.eps", -1e-8, "optimizer.eps: must be a number > 0, found -1e-08"),
     ("train.distributed.nnodes", True, "train.distributed.nnodes: must be an integer >= 1, found True"),

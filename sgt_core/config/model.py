@@ -22,6 +22,7 @@ class ModelConfig(NetworkConfig):
     num_layers: int = checked(integer(1))
     heads: int = checked(integer(1))
     dropout: float = checked(PROBABILITY_BELOW_ONE)
+    input_dropout: float = checked(PROBABILITY_BELOW_ONE)
     degrees: list[int] = checked(list_of(integer(1), "integers >= 1, one per layer"))
     deepnorm: bool = checked(BOOLEAN)
     # the values of sgt_core.models.local_message_passing's LOCAL_KINDS and SAGE_AGGREGATIONS; not imported,

@@ -98,6 +98,8 @@ class Spexphormer(nn.Module):
         heads: attention heads.
         num_edge_types: edge types of the interaction graph.
         dropout: dropout probability.
+        input_dropout: dropout on the raw node features before the input layer, as GCN and GAT do on
+            sparse bag-of-words features (Cora, CiteSeer); 0 leaves them whole.
         deepnorm: DeepNorm residuals (DeepGraph) instead of batch norm, for deep stacks.
         num_spd_buckets: SPD buckets of anchor/k-hop edges (0: no SPD terms), see `SampledAttention`.
         local: the local branch of every layer, `none`, `gcn`, `sage` or `gatv2` (`LocalMessagePassing`).
@@ -116,8 +118,9 @@ class Spexphormer(nn.Module):
     def __init__(self, num_classes: int, hidden: int, num_layers: int, heads: int, num_edge_types: int,
                  dropout: float = 0.0, deepnorm: bool = False, num_spd_buckets: int = 0, local: str = "none",
                  local_aggregation: str = "mean", degree_signal: bool = False, graph_edge_type: int = 0,
-                 **encoder: int) -> None:
+                 input_dropout: float = 0.0, **encoder: int) -> None:
         super().__init__()
+        self.input_dropout = Dropout(input_dropout)
         self.encoder = NodeEncoder(hidden=hidden, **encoder)
         self.degree_encoder = nn.Linear(1, hidden) if degree_signal else None
         self.layers = nn.ModuleList(
@@ -148,7 +151,7 @@ class Spexphormer(nn.Module):
             graph_degree = extras.graph_degree if extras is not None else None
             if graph_degree is None:
                 raise ValueError("the local branch and the degree signal need extras.graph_degree, which is None")
-        h = self.encoder(x, node_kind, extras)  # [N0, D]
+        h = self.encoder(self.input_dropout(x), node_kind, extras)  # [N0, D]
         if self.degree_encoder is not None:
             h = h + self.degree_encoder(graph_degree.to(h.dtype).log1p().unsqueeze(1))  # [N0, D]
         for block, layer in zip(self.layers, layers):

@@ -213,12 +213,14 @@ def test_the_space_reads_each_spec_form():
 def test_sampled_degrees_follow_the_sampled_depth_and_the_overrides_compose():
     cfg = compose_config(TINY_OVERRIDES)
     distributions = compose_config(["tune=default"])["tune"]["space"]
-    fixed = FixedTrial({"optimizer.lr": 0.005, "model.dropout": 0.25, "model.hidden": 64, "model.num_layers": 3,
+    fixed = FixedTrial({"optimizer.lr": 0.005, "model.dropout": 0.25, "model.input_dropout": 0.5,
+                        "model.hidden": 64, "model.num_layers": 3,
                         "model.degrees.first": 12, "model.degrees.others": 5, "model.local": "none",
                         "model.local_aggregation": "sum", "model.degree_signal": True,
                         "preprocess.expander.degree": 6, "estimator.width": 4})
     sampled = sample_overrides(fixed, parse_space(distributions), cfg)
-    assert sampled == ["optimizer.lr=0.005", "model.dropout=0.25", "model.hidden=64", "model.num_layers=3",
+    assert sampled == ["optimizer.lr=0.005", "model.dropout=0.25", "model.input_dropout=0.5", "model.hidden=64",
+                       "model.num_layers=3",
                        "estimator.num_layers=3", "model.degrees=[12,5,5]", "model.local=none",
                        "model.local_aggregation=sum", "model.degree_signal=true", "preprocess.expander.degree=6",
                        "estimator.width=4"]

@@ -69,6 +69,23 @@ def test_spexphormer_maps_layers_down_to_queries():
     assert model(x, kind, layers).shape == (2, 4)
 
 
+def test_input_dropout_drops_raw_features_in_training_only():
+    torch.manual_seed(0)
+    model = Spexphormer(in_features=50, num_classes=2, hidden=8, num_layers=1, heads=2, num_edge_types=1,
+                        num_node_kinds=1, input_dropout=0.6)
+    seen = []
+    model.encoder.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    x, kind = torch.rand(400, 50) + 0.5, torch.zeros(400, dtype=torch.long)
+    layer = SampledLayer(torch.arange(400), torch.arange(400).unsqueeze(1), torch.zeros(400, 1, dtype=torch.long),
+                         torch.ones(400, 1, dtype=torch.bool))
+    model.train()(x, kind, [layer])
+    dropped = seen[-1] == 0
+    assert abs(dropped.float().mean().item() - 0.6) < 0.01
+    assert torch.allclose(seen[-1][~dropped], x[~dropped] / 0.4)  # kept features rescaled by 1 / (1 - p)
+    model.eval()(x, kind, [layer])
+    assert torch.equal(seen[-1], x)
+
+
 def test_full_graph_attention_equals_dense_attention_over_every_neighbour():
     torch.manual_seed(3)
     attention = SampledAttention(hidden=8, heads=2, num_edge_types=3)
