@@ -21,8 +21,13 @@ class AdamW:
     Args:
         parameters: the tensors to optimise (those without requires_grad are ignored).
         lr: learning rate (the schedule below rescales `lr` from `base_lr`).
-        weight_decay: decoupled weight decay.
+        weight_decay: the weight decay's factor.
         betas, eps: Adam's moment decay rates and denominator epsilon.
+        decoupled_weight_decay: True (AdamW) shrinks every weight by lr * weight_decay per step; False
+            adds weight_decay * w to the gradient before Adam's moments (torch.optim.Adam's L2, what GCN and
+            GAT train with). Through Adam's normalisation that L2 pulls a weight whose own gradient is
+            rare, such as that of a bag-of-words feature few training nodes have, towards 0 at nearly the
+            full learning rate, while AdamW shrinks it by only lr * weight_decay.
     """
 
     def __init__(
@@ -32,10 +37,12 @@ class AdamW:
         weight_decay: float = 1e-2,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
+        decoupled_weight_decay: bool = True,
     ) -> None:
         self.parameters = [p for p in parameters if p.requires_grad]
         self.base_lr = self.lr = lr
         self.weight_decay, self.betas, self.eps = weight_decay, betas, eps
+        self.decoupled_weight_decay = decoupled_weight_decay
         self.exp_avg = [torch.zeros_like(p) for p in self.parameters]
         self.exp_avg_sq = [torch.zeros_like(p) for p in self.parameters]
         self.steps = [0] * len(self.parameters)
@@ -56,7 +63,10 @@ class AdamW:
             grad = parameter.grad
             self.steps[index] += 1
             step = self.steps[index]
-            parameter.mul_(1 - self.lr * self.weight_decay)
+            if self.decoupled_weight_decay:
+                parameter.mul_(1 - self.lr * self.weight_decay)
+            elif self.weight_decay:
+                grad = grad.add(parameter, alpha=self.weight_decay)
             exp_avg.lerp_(grad, 1 - beta1)
             exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
             denominator = (exp_avg_sq.sqrt() / math.sqrt(1 - beta2**step)).add_(self.eps)

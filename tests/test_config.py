@@ -85,7 +85,10 @@ BAD_VALUES = {
     "negative optimizer weight decay": (["optimizer.weight_decay=-1"], "optimizer.weight_decay", ">= 0"),
     "beta of one": (["optimizer.betas=[0.9,1.0]"], "optimizer.betas", "two numbers in [0, 1)"),
     "added optimizer key": (["+optimizer.momentum=0.9"], "optimizer.momentum",
-                            "unknown key; valid keys in optimizer: betas, eps, lr, weight_decay"),
+                            "unknown key; valid keys in optimizer: betas, decoupled_weight_decay, eps, lr, weight_decay"),
+    "decoupled decay not a boolean": (["optimizer.decoupled_weight_decay=maybe"], "optimizer.decoupled_weight_decay",
+                                      "true or false"),
+    "feed-forward switch not a boolean": (["model.feed_forward=2"], "model.feed_forward", "true or false"),
     "negative weight decay": (["estimator.weight_decay=-1"], "estimator.weight_decay", ">= 0"),
     "negative warm-up": (["train.warmup_epochs=-1"], "train.warmup_epochs", "integer >= 0"),
     "zero batch size": (["train.batch_size=0"], "train.batch_size", "null or an integer >= 1"),
@@ -191,7 +194,7 @@ def _composed_with(key: str, value) -> dict:
     ("estimator.temperature.gamma", 0, "estimator.temperature.gamma: must be a number in (0, 1], found 0"),
     ("optimizer.eps", -1e-8, "optimizer.eps: must be a number > 0, found -1e-08"),
     ("train.distributed.nnodes", True, "train.distributed.nnodes: must be an integer >= 1, found True"),
-    ("model.hiden", 32, "model.hiden: unknown key; valid keys in model: deepnorm, degree_signal, degrees, dropout, heads"),
+    ("model.hiden", 32, "model.hiden: unknown key; valid keys in model: deepnorm, degree_signal, degrees, dropout, feed_forward"),
     ("preprocess.expander.degre", 4, "preprocess.expander.degre: unknown key; valid keys in preprocess.expander"),
     ("sampler.name", "reservoir", "sampler.name: unknown key; valid keys in sampler: method"),
     ("colour", "blue", "colour: unknown key; valid keys in the config: dataset, estimator"),
@@ -263,7 +266,8 @@ def test_every_yaml_file_in_conf_composes_and_validates(overrides):
 def test_the_default_sampler_and_optimizer_are_todays():
     cfg = compose_config()
     assert cfg["sampler"] == {"method": "reservoir"}
-    assert cfg["optimizer"] == {"lr": 0.01, "weight_decay": 1.0e-3, "betas": [0.9, 0.999], "eps": 1.0e-8}
+    assert cfg["optimizer"] == {"lr": 0.01, "weight_decay": 1.0e-3, "betas": [0.9, 0.999], "eps": 1.0e-8,
+                                "decoupled_weight_decay": True}
     assert cfg["optimizer"]["betas"] == list(inspect.signature(AdamW).parameters["betas"].default)
     assert cfg["optimizer"]["eps"] == inspect.signature(AdamW).parameters["eps"].default
     assert compose_config(["sampler=full"])["sampler"]["method"] == "full"

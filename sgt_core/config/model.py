@@ -30,6 +30,7 @@ class ModelConfig(NetworkConfig):
     local: str = checked(one_of("none", "gcn", "sage", "gatv2"))
     local_aggregation: str = checked(one_of("mean", "sum"))
     degree_signal: bool = checked(BOOLEAN)
+    feed_forward: bool = checked(BOOLEAN)
     lpe_dim: int
     lpe_layers: int
     lpe_heads: int

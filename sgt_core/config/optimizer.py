@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sgt_core.config.section import NON_NEGATIVE, POSITIVE, Rule, Section, checked, is_number
+from sgt_core.config.section import BOOLEAN, NON_NEGATIVE, POSITIVE, Rule, Section, checked, is_number
 
 BETAS: Rule = (lambda value: isinstance(value, list | tuple) and len(value) == 2
                and all(is_number(beta) and 0 <= beta < 1 for beta in value),
@@ -24,3 +24,4 @@ class AdamWConfig(Section):
     weight_decay: float = checked(NON_NEGATIVE)
     betas: tuple[float, float] = checked(BETAS)
     eps: float = checked(POSITIVE)
+    decoupled_weight_decay: bool = checked(BOOLEAN)

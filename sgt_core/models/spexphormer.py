@@ -15,12 +15,13 @@ from sgt_core.models.sampled_attention import SampledAttention
 
 
 class SpexphormerLayer(nn.Module):
-    """Sampled attention, optionally a local message-passing branch, and a feed-forward block.
+    """Sampled attention, optionally a local message-passing branch, and (by default) a feed-forward block.
 
     Each branch has its own dropout, residual and normalisation. With `local` the layer is GraphGPS's
     (Rampasek et al., 2022; Exphormer's best configurations): h = Norm(x + Attn(x)) + Norm(x + MPNN(x)),
-    then Norm(h + FFN(h)). Spexphormer (section 3) drops the MPNN for scalability; here it runs over the
-    graph edges the layer keeps, so it costs O(kept edges) like the attention.
+    then Norm(h + FFN(h)); with `feed_forward=False` the layer ends at h. Spexphormer (section 3) drops the
+    MPNN for scalability; here it runs over the graph edges the layer keeps, so it costs O(kept edges)
+    like the attention.
 
     The residuals are normalised by batch norm (Spexphormer D.1), or with `deepnorm` by DeepNorm
     (DeepNet, Wang et al., 2022, as used by DeepGraph): x <- LN(alpha * x + G(x)), alpha = (2L)^(1/4),
@@ -29,25 +30,25 @@ class SpexphormerLayer(nn.Module):
     """
 
     def __init__(self, attention: SampledAttention, dropout: float, deepnorm: bool = False,
-                 num_layers: int = 1, local: LocalMessagePassing | None = None) -> None:
+                 num_layers: int = 1, local: LocalMessagePassing | None = None, feed_forward: bool = True) -> None:
         super().__init__()
         hidden = attention.hidden
         self.attention = attention
         self.local = local
-        self.feed_forward = FeedForward(hidden, dropout)
+        self.feed_forward = FeedForward(hidden, dropout) if feed_forward else None
         self.dropout = Dropout(dropout)
         self.local_dropout = Dropout(dropout) if local is not None else None
         norm = (lambda: DeepNorm(hidden, num_layers)) if deepnorm else (lambda: nn.BatchNorm1d(hidden))
         # Batch norm rather than layer norm in the final network (Spexphormer D.1).
         self.norm_attention: nn.Module = norm()
         self.norm_local: nn.Module | None = norm() if local is not None else None
-        self.norm_feed_forward: nn.Module = norm()
+        self.norm_feed_forward: nn.Module | None = norm() if feed_forward else None
         self.deepnorm = deepnorm
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         self.attention.reset_parameters()
-        for module in (*self.feed_forward, self.norm_attention, self.norm_feed_forward, self.local,
+        for module in (*(self.feed_forward or ()), self.norm_attention, self.norm_feed_forward, self.local,
                        self.norm_local):
             if hasattr(module, "reset_parameters"):
                 module.reset_parameters()
@@ -57,7 +58,8 @@ class SpexphormerLayer(nn.Module):
                 nn.init.xavier_normal_(linear.weight)
                 nn.init.zeros_(linear.bias)
             attention = self.attention
-            for linear in (attention.value, attention.out, self.feed_forward[0], self.feed_forward[3]):
+            feed_forward = () if self.feed_forward is None else (self.feed_forward[0], self.feed_forward[3])
+            for linear in (attention.value, attention.out, *feed_forward):
                 self.norm_attention.init_sublayer_(linear)
 
     def forward(self, h: Tensor, layer: SampledLayer | FullLayer, graph_degree: Tensor | None = None) -> Tensor:
@@ -81,6 +83,8 @@ class SpexphormerLayer(nn.Module):
                 raise ValueError("the local branch needs each input row's graph degree (graph_degree is None)")
             local = self.local(h, query_h, layer, graph_degree)  # [Q, D]
             out = out + self._normed(self.norm_local, query_h, self.local_dropout(local))  # [Q, D]
+        if self.feed_forward is None:
+            return out
         return self._normed(self.norm_feed_forward, out, self.dropout(self.feed_forward(out)))  # [Q, D]
 
     def _normed(self, norm: nn.Module, residual: Tensor, update: Tensor) -> Tensor:
@@ -107,6 +111,7 @@ class Spexphormer(nn.Module):
         degree_signal: adds W log(1 + n_v) to every node's input encoding, n_v its real graph degree: a
             softmax average over neighbours cannot tell how many there are, this can.
         graph_edge_type: the edge type code of the input graph's own edges (the local branch's).
+        feed_forward: each layer's feed-forward block; False ends every layer at its branches' sum.
         encoder: the input layer's arguments but its width, as in `AttentionScoreEstimator`.
 
     Shapes:
@@ -118,7 +123,7 @@ class Spexphormer(nn.Module):
     def __init__(self, num_classes: int, hidden: int, num_layers: int, heads: int, num_edge_types: int,
                  dropout: float = 0.0, deepnorm: bool = False, num_spd_buckets: int = 0, local: str = "none",
                  local_aggregation: str = "mean", degree_signal: bool = False, graph_edge_type: int = 0,
-                 input_dropout: float = 0.0, **encoder: int) -> None:
+                 input_dropout: float = 0.0, feed_forward: bool = True, **encoder: int) -> None:
         super().__init__()
         self.input_dropout = Dropout(input_dropout)
         self.encoder = NodeEncoder(hidden=hidden, **encoder)
@@ -128,6 +133,7 @@ class Spexphormer(nn.Module):
                 SampledAttention(hidden, heads, num_edge_types, num_spd_buckets), dropout, deepnorm, num_layers,
                 None if local == "none" else LocalMessagePassing(local, hidden, heads, local_aggregation,
                                                                  graph_edge_type),
+                feed_forward,
             )
             for _ in range(num_layers)
         )

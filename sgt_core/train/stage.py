@@ -79,7 +79,8 @@ class WideNetworkTraining:
         model = Spexphormer(**graph.model_input_sizes(), graph_edge_type=GRAPH_EDGE_TYPE,
                             **network.network_arguments()).to(device)
         adamw = AdamW(model.parameters(), lr=optimizer.lr, weight_decay=optimizer.weight_decay,
-                      betas=tuple(optimizer.betas), eps=optimizer.eps)
+                      betas=tuple(optimizer.betas), eps=optimizer.eps,
+                      decoupled_weight_decay=optimizer.decoupled_weight_decay)
         return cls(x, node_kind, y, extras, sampler, model, adamw, generator, train.batch_size)
 
     def predict(self, nodes: torch.Tensor) -> torch.Tensor:

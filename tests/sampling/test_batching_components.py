@@ -13,15 +13,20 @@ from tests.preprocess.test_builder_components import build_all
 from tests.preprocess.test_interaction_graph import path_graph
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["batchnorm", "deepnorm"])
+@pytest.fixture(scope="module", params=[(False, True), (True, True), (False, False)],
+                ids=["batchnorm", "deepnorm", "no-feed-forward"])
 def setting(request):
+    deepnorm, feed_forward = request.param
     torch.manual_seed(0)
     graph = build_all(path_graph(30), expander=ExpanderConfig(degree=4, ramanujan_slack=1.0, max_tries=50))
     largest = int(graph.ptr.diff().max())  # keep every neighbour: sampling is then exact
     sampler = LayerSampler(graph.edge_index, graph.edge_type, graph.ptr, torch.rand(2, graph.num_edges),
                            [largest] * 2, "reservoir", torch.Generator().manual_seed(0), graph.edge_spd)
     model = Spexphormer(**graph.model_input_sizes(), hidden=8, num_layers=2, heads=2, dropout=0.0,
-                        deepnorm=request.param, lpe_dim=4, lpe_layers=1, lpe_heads=2)
+                        deepnorm=deepnorm, feed_forward=feed_forward, lpe_dim=4, lpe_layers=1, lpe_heads=2)
+    # without the block a layer holds no feed-forward weights and no norm for them
+    assert all((layer.feed_forward is None) is (not feed_forward) for layer in model.layers)
+    assert all((layer.norm_feed_forward is None) is (not feed_forward) for layer in model.layers)
     with torch.no_grad():  # non-zero SPD terms, so a wrong bucket would show
         for layer in model.layers:
             layer.attention.spd_scale.normal_()
