@@ -9,7 +9,8 @@ import torch
 
 
 class AdamW:
-    """Adam with decoupled weight decay (Loshchilov & Hutter, 2019): the update of torch.optim.AdamW.
+    """Adam with decoupled weight decay (Loshchilov & Hutter, 2019): the update of torch.optim.AdamW, or with
+    `decoupled_weight_decay=False` that of torch.optim.Adam with its L2 `weight_decay`.
 
     Why not torch.optim.AdamW: its base class imports torch._dynamo (and with it sympy) the first time a
     parameter group is added and on every step, which costs ~70 MB of resident memory in each stage
