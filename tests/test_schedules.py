@@ -59,31 +59,26 @@ def test_adamw_matches_torch_step_for_step():
     assert ours.lr == pytest.approx(theirs.param_groups[0]["lr"])
 
 
+def _linear_step(params: list[torch.Tensor], optimizer, inputs: torch.Tensor, targets: torch.Tensor) -> None:
+    """One optimiser step on the cross-entropy of the linear map params = [weight, bias]."""
+    optimizer.zero_grad()
+    torch.nn.functional.cross_entropy(inputs @ params[0].t() + params[1], targets).backward()
+    optimizer.step()
+
+
 def test_coupled_weight_decay_matches_torch_adam_step_for_step():
     """decoupled_weight_decay=False is torch.optim.Adam's L2 (weight_decay * w added to the gradient)."""
     torch.manual_seed(0)
-    model = torch.nn.Linear(6, 3)
-    reference = [p.detach().clone().requires_grad_() for p in model.parameters()]
-    ours = AdamW(model.parameters(), lr=0.05, weight_decay=0.1, decoupled_weight_decay=False)
-    theirs = torch.optim.Adam(reference, lr=0.05, weight_decay=0.1)
+    start = [p.detach() for p in torch.nn.Linear(6, 3).parameters()]
     inputs, targets = torch.randn(16, 6), torch.randint(0, 3, (16,))
+    coupled, decoupled, reference = ([p.clone().requires_grad_() for p in start] for _ in range(3))
+    optimizers = (AdamW(coupled, lr=0.05, weight_decay=0.1, decoupled_weight_decay=False),
+                  AdamW(decoupled, lr=0.05, weight_decay=0.1),
+                  torch.optim.Adam(reference, lr=0.05, weight_decay=0.1))
     for _ in range(8):
-        for params, optimizer in ((list(model.parameters()), ours), (reference, theirs)):
-            optimizer.zero_grad()
-            torch.nn.functional.cross_entropy(inputs @ params[0].t() + params[1], targets).backward()
-            optimizer.step()
-        for mine, reference_parameter in zip(model.parameters(), reference):
+        for params, optimizer in zip((coupled, decoupled, reference), optimizers):
+            _linear_step(params, optimizer, inputs, targets)
+        for mine, reference_parameter in zip(coupled, reference):
             torch.testing.assert_close(mine, reference_parameter, rtol=1e-6, atol=1e-7)
     # and it is not AdamW's decay: the same steps with decoupled decay end elsewhere
-    torch.manual_seed(0)
-    start = [p.detach().clone().requires_grad_() for p in torch.nn.Linear(6, 3).parameters()]
-    ends = []
-    for decoupled_weight_decay in (False, True):
-        params = [p.detach().clone().requires_grad_() for p in start]
-        optimizer = AdamW(params, lr=0.05, weight_decay=0.1, decoupled_weight_decay=decoupled_weight_decay)
-        for _ in range(8):
-            optimizer.zero_grad()
-            torch.nn.functional.cross_entropy(inputs @ params[0].t() + params[1], targets).backward()
-            optimizer.step()
-        ends.append(params[0].detach())
-    assert not torch.allclose(*ends)
+    assert not torch.allclose(coupled[0], decoupled[0])
