@@ -56,7 +56,7 @@ BAD_VALUES = {
     "unknown key": (["model.hiden=32"], "model.hiden", "Key 'hiden' is not in struct"),
     # `+` is what Hydra's error for an unknown key suggests; the added key would be read by nothing.
     "added unknown key": (["+train.epoch=5"], "train.epoch",
-                          "unknown key; valid keys in train: batch_size, device, distributed, epochs, eval_every"),
+                          "unknown key; valid keys in train: batch_size, device, distributed, ema_decay, epochs"),
     "force-added unknown key": (["++model.hiden=32"], "model.hiden", "unknown key; valid keys in model: deepnorm, degree_signal"),
     "added unknown nested key": (["+preprocess.expander.degre=4"], "preprocess.expander.degre",
                                  "valid keys in preprocess.expander: degree, enabled, max_tries"),
@@ -97,6 +97,8 @@ BAD_VALUES = {
     "zero eval interval": (["train.eval_every=0"], "train.eval_every", "integer >= 1"),
     "negative mmap threshold": (["train.malloc_mmap_threshold_kb=-1"], "train.malloc_mmap_threshold_kb",
                                 "null or an integer >= 1"),
+    "moving average that never moves": (["train.ema_decay=1"], "train.ema_decay", "must be null or a number in (0, 1)"),
+    "moving average of a string": (["train.ema_decay='0.9'"], "train.ema_decay", "must be null or a number in (0, 1)"),
     "negative seed": (["seed=-1"], "seed", "integer >= 0"),
     "zero processes per node": (["train.distributed.nproc_per_node=0"], "train.distributed.nproc_per_node",
                                 "integer >= 1"),

@@ -5,7 +5,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sgt_core.config.section import NULL_OR_POSITIVE_INTEGER, Problem, Rule, Section, checked, integer, one_of
+from sgt_core.config.section import (
+    NULL_OR_POSITIVE_INTEGER,
+    Problem,
+    Rule,
+    Section,
+    checked,
+    integer,
+    number,
+    one_of,
+)
 
 # `host:port` (a name, an IPv4 address or a bracketed IPv6 one) where torchrun's c10d rendezvous listens.
 RENDEZVOUS_ENDPOINT: Rule = (
@@ -17,6 +26,11 @@ RENDEZVOUS_ENDPOINT: Rule = (
 def _endpoint_port(value: str) -> int | None:
     match = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):([1-9][0-9]{0,4})", value)
     return int(match.group(2)) if match and int(match.group(2)) <= 65535 else None
+
+
+_IN_OPEN_UNIT_INTERVAL, _ = number(0, 1, low_open=True, high_open=True)
+NULL_OR_DECAY: Rule = ((lambda value: value is None or _IN_OPEN_UNIT_INTERVAL(value)),
+                       "must be null or a number in (0, 1)")
 
 
 @dataclass(frozen=True)
@@ -52,7 +66,8 @@ class TrainConfig(Section):
 
     `warmup_epochs` and `epochs` are `CosineWithWarmup`'s arguments of those names; `batch_size` is
     `WideNetworkTraining`'s; `device` is `resolve_device`'s; `malloc_mmap_threshold_kb` is
-    `set_mmap_threshold`'s. The optimiser and the sampler are groups of their own (`optimizer`, `sampler`).
+    `set_mmap_threshold`'s; `ema_decay` is `WideNetworkTraining.average_weights`'s. The optimiser and the
+    sampler are groups of their own (`optimizer`, `sampler`).
     """
 
     PATH = "train"
@@ -63,6 +78,7 @@ class TrainConfig(Section):
     batch_size: int | None = checked(NULL_OR_POSITIVE_INTEGER)
     eval_every: int = checked(integer(1))
     malloc_mmap_threshold_kb: int | None = checked(NULL_OR_POSITIVE_INTEGER)
+    ema_decay: float | None = checked(NULL_OR_DECAY)
     distributed: DistributedConfig
 
     def relation_problems(self) -> list[Problem]:

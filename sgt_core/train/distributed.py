@@ -354,17 +354,20 @@ class Ranks:
             # DDP averages the W ranks' gradients: W / B times each slice's sum makes that average the
             # gradient of the mean loss over the B targets.
             (loss_sum * (self.world / size)).backward()
-            training.optimizer.step()
+            training.optimizer_step()
             sums.append(loss_sum.detach())
             sizes.append(size)
         totals = torch.stack(sums).double()  # [steps]
         dist.all_reduce(totals)
         return float((totals / torch.tensor(sizes, dtype=torch.float64, device=totals.device)).mean())
 
-    def predict(self, training, nodes: Tensor) -> Tensor:
-        """Logits [len(nodes), C] in `nodes`' order: each rank predicts a contiguous slice, then all_gather."""
+    def predict(self, training, nodes: Tensor, network: nn.Module | None = None) -> Tensor:
+        """Logits [len(nodes), C] in `nodes`' order: each rank predicts a contiguous slice, then all_gather.
+
+        `network`: as `training.predict`'s (the bare model, or its moving average: neither runs a collective).
+        """
         slices = nodes.tensor_split(self.world)
-        return gather_rows(training.predict(slices[self.rank]), [part.numel() for part in slices])
+        return gather_rows(training.predict(slices[self.rank], network), [part.numel() for part in slices])
 
 
 def gather_rows(local: Tensor, counts: list[int]) -> Tensor:

@@ -12,6 +12,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch import nn
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from sgt_core.artifacts import read_upstream
 from sgt_core.config.model import ModelConfig
@@ -60,6 +62,7 @@ class WideNetworkTraining:
     optimizer: AdamW
     generator: torch.Generator  # the sampler's, which also shuffles the batches
     batch_size: int | None  # None: full graph; else Algorithm 2 batches of that many target nodes
+    averaged: AveragedModel | None = None  # the weights' moving average (`average_weights`), else None
 
     @classmethod
     def build(cls, cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor,
@@ -83,15 +86,35 @@ class WideNetworkTraining:
                       decoupled_weight_decay=optimizer.decoupled_weight_decay)
         return cls(x, node_kind, y, extras, sampler, model, adamw, generator, train.batch_size)
 
-    def predict(self, nodes: torch.Tensor) -> torch.Tensor:
-        """Logits [len(nodes), C] with freshly sampled layers: one full-graph pass or Algorithm 2 batches."""
+    def average_weights(self, decay: float) -> None:
+        """From now on, keep an exponential moving average of the model's weights and buffers.
+
+        After every optimiser step (`optimizer_step`): average <- decay * average + (1 - decay) * weights,
+        the first step's weights taken as they are. Buffers are averaged too, so batch norm's running
+        statistics match the averaged weights (timm's ModelEmaV2 does the same); its integer count of
+        batches, which nothing reads while its momentum is set, is averaged and truncated along with them.
+        Call it after the model takes its final form (synchronised batch norm under DDP), which the copy keeps.
+        """
+        self.averaged = AveragedModel(self.model, multi_avg_fn=get_ema_multi_avg_fn(decay), use_buffers=True)
+
+    @property
+    def evaluated(self) -> nn.Module:
+        """The network that evaluation runs and the checkpoint keeps: the moving average, else the model."""
+        return self.model if self.averaged is None else self.averaged.module
+
+    def predict(self, nodes: torch.Tensor, network: nn.Module | None = None) -> torch.Tensor:
+        """Logits [len(nodes), C] with freshly sampled layers: one full-graph pass or Algorithm 2 batches.
+
+        `network` is the model unless given (evaluation passes `evaluated`).
+        """
+        network = self.model if network is None else network
         if self.batch_size is None:
-            return self.model(self.x, self.node_kind, self.sampler.full(), self.extras)[nodes]
+            return network(self.x, self.node_kind, self.sampler.full(), self.extras)[nodes]
         outputs = []
         for chunk in nodes.split(self.batch_size):
             input_nodes, layers = self.sampler.batch(chunk)
-            outputs.append(self.model(self.x[input_nodes], self.node_kind[input_nodes], layers,
-                                      self.extras.select(input_nodes)))
+            outputs.append(network(self.x[input_nodes], self.node_kind[input_nodes], layers,
+                                   self.extras.select(input_nodes)))
         return torch.cat(outputs)
 
     def train_epoch(self, train_nodes: torch.Tensor) -> float:
@@ -110,8 +133,14 @@ class WideNetworkTraining:
         loss = F.cross_entropy(self.predict(nodes), self.y[nodes])
         self.optimizer.zero_grad()
         loss.backward()
-        self.optimizer.step()
+        self.optimizer_step()
         return loss.item()
+
+    def optimizer_step(self) -> None:
+        """The optimiser's step, then the moving average's, if any (also each DDP step, `Ranks.train_epoch`)."""
+        self.optimizer.step()
+        if self.averaged is not None:
+            self.averaged.update_parameters(self.model)
 
 
 def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, float | str]:
@@ -185,7 +214,9 @@ def _fit(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device:
         ranks.check_split("training", train_nodes, 2)
         ranks.check_split("evaluation", eval_nodes, 1)
         ranks.attach(training)  # synchronised batch norm, DDP
-    model, sampler, y = training.model, training.sampler, training.y
+    if train.ema_decay is not None:
+        training.average_weights(train.ema_decay)
+    evaluated, sampler, y = training.evaluated, training.sampler, training.y  # evaluated: the kept weights
 
     best = {"epoch": -1, "selection": float("-inf"), "scores": {}, "state": None}
     history, started = [], time.perf_counter()
@@ -196,9 +227,10 @@ def _fit(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device:
         scheduler.step()
         row = {"epoch": epoch, "loss": loss}
         if epoch % train.eval_every == 0 or epoch == train.epochs - 1:
-            model.eval()
+            evaluated.eval()
             with torch.no_grad():  # evaluation samples afresh; with ranks, each its slice, then gathered
-                logits = training.predict(eval_nodes) if ranks is None else ranks.predict(training, eval_nodes)
+                logits = (training.predict(eval_nodes, evaluated) if ranks is None
+                          else ranks.predict(training, eval_nodes, evaluated))
             val_logits, test_logits = logits[: val_nodes.numel()], logits[val_nodes.numel():]
             row["val_loss"] = F.cross_entropy(val_logits, y[val_nodes]).item()
             if "val" not in undefined:
@@ -217,7 +249,7 @@ def _fit(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device:
                     "epoch": epoch,
                     "selection": selection,
                     "scores": scores,
-                    "state": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
+                    "state": {k: v.detach().cpu().clone() for k, v in evaluated.state_dict().items()},
                 }
         history.append(row)
         epochs.set_metrics(**{k: v for k, v in row.items() if k != "epoch"})

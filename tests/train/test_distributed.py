@@ -37,6 +37,7 @@ EPOCHS = 3  # 72 training nodes: 5 global batches an epoch, 15 optimiser steps i
 WORLD = 2
 # No dropout: "the same samples" then fix every random draw of a step (dropout masks differ per rank).
 OVERRIDES = [f"train.batch_size={BATCH}", "model.dropout=0", f"train.epochs={EPOCHS}"]
+EMA_DECAY = 0.5  # `train.ema_decay`: the ranks keep the same moving average of the weights as one process
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +75,7 @@ def _train_rank(rank: int, port: int, cfg: dict, inputs: dict[str, Path], out: P
         training = _build_in_float64(cfg, graph, scores)
         scheduler = CosineWithWarmup(training.optimizer, cfg["train"]["warmup_epochs"], EPOCHS)
         ranks.attach(training)
+        training.average_weights(EMA_DECAY)
         samples, sample = [], training.sampler.batch
 
         def recording(targets):
@@ -94,7 +96,7 @@ def _train_rank(rank: int, port: int, cfg: dict, inputs: dict[str, Path], out: P
         eval_nodes = torch.cat([graph.val_mask.nonzero().flatten(), graph.test_mask.nonzero().flatten()])
         with torch.no_grad():
             logits = ranks.predict(training, eval_nodes)
-        torch.save({"state": training.model.state_dict(), "samples": samples, "losses": losses, "logits": logits},
+        torch.save({"state": training.model.state_dict(), "averaged": training.evaluated.state_dict(), "samples": samples, "losses": losses, "logits": logits},
                    out / f"rank{rank}.pt")
     finally:
         ranks.leave()
@@ -124,14 +126,16 @@ def test_two_gloo_ranks_train_and_evaluate_as_one_process_with_their_samples(ups
     cfg, inputs = upstream
     mp.spawn(_train_rank, args=(free_port(), cfg, inputs, tmp_path), nprocs=WORLD, join=True)
     results = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=False) for rank in range(WORLD)]
-    for key, value in results[0]["state"].items():  # DDP keeps the replicas identical
+    for key, value in results[0]["state"].items():  # DDP keeps the replicas identical, and their averages
         assert torch.equal(value, results[1]["state"][key]), key
+        assert torch.equal(results[0]["averaged"][key], results[1]["averaged"][key]), key
 
     # One process, batch B, the same samples: each step's batch holds both ranks' sampled neighbourhoods.
     seed_everything(cfg["seed"])
     graph, scores = _read_inputs(cfg, inputs)
     single = _build_in_float64(cfg, graph, scores)
     initial = {key: value.clone() for key, value in single.model.state_dict().items()}
+    single.average_weights(EMA_DECAY)
     scheduler = CosineWithWarmup(single.optimizer, cfg["train"]["warmup_epochs"], EPOCHS)
     single.batch_size = 10**9  # the merged batch is one chunk
     steps = list(zip(results[0]["samples"], results[1]["samples"]))
@@ -158,6 +162,9 @@ def test_two_gloo_ranks_train_and_evaluate_as_one_process_with_their_samples(ups
         torch.testing.assert_close(results[0]["state"][key], value, rtol=0, atol=1e-5, msg=key)
         moved = max(moved, float((value.double() - initial[key].double()).abs().max()))
     assert moved > 1e-2  # the steps changed the weights far beyond the tolerance
+    for key, value in single.evaluated.state_dict().items():
+        torch.testing.assert_close(results[0]["averaged"][key], value, rtol=0, atol=1e-5, msg=key)
+        assert key.endswith("num_batches_tracked") or not torch.equal(value, single.model.state_dict()[key]), key
 
     # The gathered evaluation: every evaluated node once, in order, as one process predicts it.
     del single.sampler.batch  # its own sampling again
@@ -179,6 +186,7 @@ def _distributed(cfg: dict, **changes) -> dict:
 
 def test_the_stage_trains_through_torchrun_and_writes_what_one_process_writes(upstream, tmp_path):
     cfg, inputs = upstream
+    cfg = {**cfg, "train": {**cfg["train"], "ema_decay": EMA_DECAY}}  # the ranks evaluate the moving average
     single_dir, first_dir, second_dir = (tmp_path / name for name in ("single", "first", "second"))
     for folder in (single_dir, first_dir, second_dir):
         folder.mkdir()
