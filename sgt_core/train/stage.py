@@ -216,7 +216,7 @@ def _fit(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device:
         ranks.attach(training)  # synchronised batch norm, DDP
     if train.ema_decay is not None:
         training.average_weights(train.ema_decay)
-    evaluated, sampler, y = training.evaluated, training.sampler, training.y  # evaluated: the kept weights
+    evaluated, sampler, y = training.evaluated, training.sampler, training.y
 
     best = {"epoch": -1, "selection": float("-inf"), "scores": {}, "state": None}
     history, started = [], time.perf_counter()
