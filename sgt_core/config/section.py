@@ -67,18 +67,22 @@ def one_of(*choices: str) -> Rule:
     return (lambda value: value in choices), f"expected one of {', '.join(choices)}"
 
 
+def null_or(rule: Rule) -> Rule:
+    """null (None), or a value `rule` passes: `null_or(integer(1))` says "must be null or an integer >= 1"."""
+    check, expected = rule
+    return (lambda value: value is None or check(value)), f"must be null or {expected.removeprefix('must be ')}"
+
+
 ANY: Rule = (lambda value: True), ""
 BOOLEAN: Rule = (lambda value: isinstance(value, bool)), "must be true or false"
 POSITIVE: Rule = number(0, low_open=True)
 NON_NEGATIVE: Rule = number(0)
 PROBABILITY_BELOW_ONE: Rule = number(0, 1, high_open=True)
 FRACTION: Rule = number(0, 1, low_open=True)  # (0, 1]: a decay factor or a floor of the temperature
-NULL_OR_POSITIVE_INTEGER: Rule = (lambda value: value is None or (is_int(value) and value >= 1),
-                                  "must be null or an integer >= 1")
-NULL_OR_COUNT: Rule = (lambda value: value is None or (is_int(value) and value >= 0),
-                       "must be null or an integer >= 0")
-NULL_OR_TEXT: Rule = (lambda value: value is None or isinstance(value, str)), "must be null or a string"
+NULL_OR_POSITIVE_INTEGER: Rule = null_or(integer(1))
+NULL_OR_COUNT: Rule = null_or(integer(0))
 TEXT: Rule = (lambda value: isinstance(value, str)), "must be a string"
+NULL_OR_TEXT: Rule = null_or(TEXT)
 
 
 def checked(rule: Rule, default: Any = MISSING, default_factory: Callable[[], Any] | None = None) -> Any:

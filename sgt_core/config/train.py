@@ -12,6 +12,7 @@ from sgt_core.config.section import (
     Section,
     checked,
     integer,
+    null_or,
     number,
     one_of,
 )
@@ -28,9 +29,7 @@ def _endpoint_port(value: str) -> int | None:
     return int(match.group(2)) if match and int(match.group(2)) <= 65535 else None
 
 
-_IN_OPEN_UNIT_INTERVAL, _ = number(0, 1, low_open=True, high_open=True)
-NULL_OR_DECAY: Rule = ((lambda value: value is None or _IN_OPEN_UNIT_INTERVAL(value)),
-                       "must be null or a number in (0, 1)")
+NULL_OR_DECAY: Rule = null_or(number(0, 1, low_open=True, high_open=True))
 
 
 @dataclass(frozen=True)
