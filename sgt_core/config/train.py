@@ -17,6 +17,9 @@ from sgt_core.config.section import (
     one_of,
 )
 
+# A moving average's decay: 1 would never move, 0 would be no average.
+NULL_OR_DECAY: Rule = null_or(number(0, 1, low_open=True, high_open=True))
+
 # `host:port` (a name, an IPv4 address or a bracketed IPv6 one) where torchrun's c10d rendezvous listens.
 RENDEZVOUS_ENDPOINT: Rule = (
     lambda value: value is None or (isinstance(value, str) and _endpoint_port(value) is not None),
@@ -27,9 +30,6 @@ RENDEZVOUS_ENDPOINT: Rule = (
 def _endpoint_port(value: str) -> int | None:
     match = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):([1-9][0-9]{0,4})", value)
     return int(match.group(2)) if match and int(match.group(2)) <= 65535 else None
-
-
-NULL_OR_DECAY: Rule = null_or(number(0, 1, low_open=True, high_open=True))
 
 
 @dataclass(frozen=True)

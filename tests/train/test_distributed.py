@@ -96,8 +96,8 @@ def _train_rank(rank: int, port: int, cfg: dict, inputs: dict[str, Path], out: P
         eval_nodes = torch.cat([graph.val_mask.nonzero().flatten(), graph.test_mask.nonzero().flatten()])
         with torch.no_grad():
             logits = ranks.predict(training, eval_nodes)
-        torch.save({"state": training.model.state_dict(), "averaged": training.evaluated.state_dict(), "samples": samples, "losses": losses, "logits": logits},
-                   out / f"rank{rank}.pt")
+        torch.save({"state": training.model.state_dict(), "averaged": training.evaluated.state_dict(),
+                    "samples": samples, "losses": losses, "logits": logits}, out / f"rank{rank}.pt")
     finally:
         ranks.leave()
 
