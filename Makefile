@@ -27,8 +27,8 @@ $(KERNELS): $(STAMP) sgt_core/kernels/attention.cpp
 run: setup
 	$(BIN)/sgt run $(ARGS)
 
-# The quick default (what CI runs, .ci/run): unit and stage tests, one real Prefect end-to-end flow, the work
-# pools, the object store and DDP. `make test-all` adds the tests marked e2e and server (further whole
+# The quick default (what CI runs, .ci/run): unit and stage tests, one real Prefect end-to-end flow, stages on
+# their work pools, the object store and DDP. `make test-all` adds the tests marked e2e and server (further whole
 # pipeline runs, real `sgt ui` / `sgt serve` servers) and the real-data ones (slow); not the browser (test-ui).
 test: setup
 	$(BIN)/pytest

@@ -1,7 +1,9 @@
 """orchestration=pools for real: a Prefect server and two process workers on two pools, on localhost.
 
 `sgt run orchestration=pools` runs as a process of its own against that server, as a user would; each stage
-runs in a flow-run process that a worker starts. About three minutes on two cores.
+runs in a flow-run process that a worker starts. `make test` keeps the placement check (about 2.5 minutes on two
+cores with the set-up); the killed worker and `sgt serve --pools` are marked e2e (another 4 minutes, `make
+test-all`), which keeps the default suite inside CI's 15 minutes on a slower 2-core machine.
 """
 
 from __future__ import annotations
@@ -132,8 +134,14 @@ def tracking_uri(stack: PoolStack) -> str:
     return f"sqlite:///{stack.artifacts / 'mlflow.db'}"
 
 
-def test_each_stage_runs_on_its_pool(stack):
-    code, out, err = finish(stack.sgt_run(), stack)
+@pytest.fixture(scope="module")
+def default_run(stack) -> tuple[int, str, str]:
+    """`sgt run orchestration=pools` with the pools as configured: what the later tests find in the cache."""
+    return finish(stack.sgt_run(), stack)
+
+
+def test_each_stage_runs_on_its_pool(stack, default_run):
+    code, out, err = default_run
     assert code == 0, f"{err[-3000:]}\n{stack.logs()}"
     _, parent, stages = stage_runs(tracking_uri(stack), out)
     assert parent.info.status == "FINISHED" and "test_roc_auc" in parent.data.metrics
@@ -154,7 +162,9 @@ def test_each_stage_runs_on_its_pool(stack):
             assert deployment.work_pool_name == pool
 
 
-def test_cache_hits_across_workers_and_a_killed_worker(stack):
+@pytest.mark.e2e  # two more `sgt run` processes, one killed mid-train: ~150 s on 2 cores
+def test_cache_hits_across_workers_and_a_killed_worker(stack, default_run):
+    assert default_run[0] == 0, default_run[2][-3000:]  # its stages, written by sgt-cpu's worker, are reused below
     overrides = [*SWAPPED, "train.epochs=150"]  # a new train key, and long enough to be killed mid-stage
     store = ArtifactStore(stack.artifacts)
     train_folder = stack.artifacts / "train"
@@ -193,6 +203,7 @@ def test_cache_hits_across_workers_and_a_killed_worker(stack):
     assert not any(p.name.startswith(STAGING_PREFIX) for p in train_folder.iterdir())  # the dead writer's removed
 
 
+@pytest.mark.e2e  # `sgt serve` and a UI-style run through the pools: ~80 s on 2 cores
 def test_sgt_serve_pools_makes_ui_runs_use_the_pools(stack):
     """`sgt serve --pools` (the compose stack's `serve`): a run started with the deployment's defaults, as from
     the UI with nothing changed, sends its stages to the pools; here train to sgt-cpu, as without a GPU."""
