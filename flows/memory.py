@@ -80,6 +80,10 @@ class MemorySampler:
             rss_mb = self._process.memory_info().rss / 2**20
         except self._psutil.NoSuchProcess:  # the stage's process has just ended
             return
+        if rss_mb == 0:
+            # No address space: the process is exiting or a zombie not yet reaped (Linux reports 0 then,
+            # without an error); that is not the stage's memory, and a 0 would end every trace at the floor.
+            return
         self.samples.append((time.perf_counter() - self._started, rss_mb))
 
     def _run(self) -> None:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 import time
 
 import numpy as np
+import psutil
 import pytest
 from matplotlib.figure import Figure
 from matplotlib.image import imread
@@ -98,6 +101,24 @@ def test_memory_sampler_and_plot_follow_an_allocation():
     ax = figure.axes[0]
     assert ax.get_ylabel() == "RSS (MB)" and ax.get_xlabel() == "seconds since the stage started"
     assert ax.texts[0].get_text() == f"peak {memory.peak_mb:.0f} MB"
+
+
+def test_memory_sampler_skips_a_process_that_has_ended_but_is_not_reaped():
+    """A stage's process between its exit and its parent's wait (a zombie) reads as 0 MB: no sample, not 0."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    process = psutil.Process(child.pid)
+    deadline = time.monotonic() + 30
+    while process.status() != psutil.STATUS_ZOMBIE:  # exited; not reaped until child.wait() below
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert process.memory_info().rss == 0  # what Linux reports for it, without an error
+    try:
+        memory = MemorySampler(interval=0.05)
+        memory.follow(child.pid)
+        memory.record(123.0)  # the stage's own high-water mark, as flows/stage_run.py adds it
+        assert [rss for _, rss in memory.samples] == [123.0] and memory.peak_mb == 123.0
+    finally:
+        child.wait()
 
 
 # Every computed stage logs its memory plot; besides that, what each stage's data supports.
