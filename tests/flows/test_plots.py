@@ -106,13 +106,13 @@ def test_memory_sampler_and_plot_follow_an_allocation():
 def test_memory_sampler_skips_a_process_that_has_ended_but_is_not_reaped():
     """A stage's process between its exit and its parent's wait (a zombie) reads as 0 MB: no sample, not 0."""
     child = subprocess.Popen([sys.executable, "-c", "pass"])
-    process = psutil.Process(child.pid)
-    deadline = time.monotonic() + 30
-    while process.status() != psutil.STATUS_ZOMBIE:  # exited; not reaped until child.wait() below
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    assert process.memory_info().rss == 0  # what Linux reports for it, without an error
     try:
+        process = psutil.Process(child.pid)
+        deadline = time.monotonic() + 30
+        while process.status() != psutil.STATUS_ZOMBIE:  # exited; not reaped until child.wait() below
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert process.memory_info().rss == 0  # what Linux reports for it, without an error
         memory = MemorySampler(interval=0.05)
         memory.follow(child.pid)
         memory.record(123.0)  # the stage's own high-water mark, as flows/stage_run.py adds it
