@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 KERNELS := $(VENV)/.kernels
 ARGS ?=
 
-.PHONY: setup run test test-all test-slow test-ui ui bench bench-scale scores lint lint-docker clean
+.PHONY: setup run test test-all test-slow test-gpu test-ui ui bench bench-scale scores lint lint-docker clean
 
 setup: $(STAMP) $(KERNELS)
 
@@ -38,6 +38,10 @@ test-all: setup
 
 test-slow: setup
 	$(BIN)/pytest -m slow
+
+# The CUDA paths against the CPU's (tests/train/test_cuda.py): skipped where torch sees no GPU.
+test-gpu: setup
+	$(BIN)/pytest -m gpu
 
 # `sgt serve` against real servers and headless Chromium over both UIs (a few minutes; screenshots in
 # artifacts/ui/). Playwright comes from the [ui] extra and drives Debian's chromium, never a downloaded one.

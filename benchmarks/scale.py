@@ -43,7 +43,8 @@ TARGETS = {
 }
 END_TO_END_TARGET = ("1e6", 15 * 60)  # seconds for all four stages
 COLUMNS = ["size", "nodes", "attention_edges", "layers", "stage", "status", "seconds", "seconds_per_epoch",
-           "peak_rss_mb", "bytes_per_edge", "ns_per_edge_layer_epoch"]
+           "peak_rss_mb", "bytes_per_edge", "ns_per_edge_layer_epoch", "device", "peak_cuda_mb",
+           "cuda_bytes_per_edge"]
 
 
 def measure_size(store: ArtifactStore, size: str, memory_limit_mb: float, time_limit_s: float | None,
@@ -80,8 +81,18 @@ def measure_size(store: ArtifactStore, size: str, memory_limit_mb: float, time_l
             "seconds_per_epoch": per_epoch, "peak_rss_mb": result["peak_rss_mb"],
             "bytes_per_edge": result["peak_rss_mb"] * 2**20 / edges,
             "ns_per_edge_layer_epoch": per_epoch / (edges * layers) * 1e9 if per_epoch is not None else None,
+            # the train stage on a GPU (train.device=auto finds one): its own peak of GPU memory as well
+            "device": metrics.get("device", "cpu"), "peak_cuda_mb": metrics.get("peak_cuda_mb"),
+            "cuda_bytes_per_edge": metrics["peak_cuda_mb"] * 2**20 / edges if "peak_cuda_mb" in metrics else None,
         })
     return rows
+
+
+def gpu_name() -> str:
+    """", GPU: <name>" where torch sees one (the train stage then runs there), else nothing."""
+    import torch
+
+    return f", GPU: {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
 
 
 def target_lines(rows: list[dict]) -> list[str]:
@@ -128,10 +139,11 @@ def write_report(out: Path, rows: list[dict], memory_limit_mb: float, overrides:
         writer.writerows({column: row.get(column) for column in COLUMNS} for row in rows)
     lines = [
         "# Scale benchmark (`make bench-scale`)", "",
-        (f"CPU: {cpu_model()}, {os.cpu_count()} cores; memory watchdog at {memory_limit_mb:.0f} MB per stage. "
+        (f"CPU: {cpu_model()}, {os.cpu_count()} cores{gpu_name()}; memory watchdog at {memory_limit_mb:.0f} MB per stage. "
         "Generated graphs (`dataset=synthetic`, average degree 20; Amazon2M's size and Table 9's networks for "
         "`amazon2m`). bytes_per_edge: the stage's peak RSS over the interaction graph's edges; "
-        "ns_per_edge_layer_epoch: seconds per epoch over (edges x layers)."
+        "ns_per_edge_layer_epoch: seconds per epoch over (edges x layers); peak_cuda_mb and "
+        "cuda_bytes_per_edge: the same for GPU memory, where the train stage ran on one."
         + (f" Overrides on every size: `{' '.join(overrides)}`." if overrides else "")), "",
         "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS),
         *("| " + " | ".join(cell(row.get(column)) for column in COLUMNS) + " |" for row in rows),
@@ -163,7 +175,7 @@ def plot(rows: list[dict], path: Path) -> None:
         axis.set_xlabel("nodes"), axis.set_ylabel(label)
         axis.grid(True, which="both", alpha=0.3)
         axis.legend()
-    figure.suptitle("SGT stages on generated graphs (2 cores)")
+    figure.suptitle(f"SGT stages on generated graphs ({os.cpu_count()} cores{gpu_name()})")
     figure.tight_layout()
     with atomic_path(path) as partial:  # a name ending in .png: savefig takes the format from it
         figure.savefig(partial, dpi=100)
@@ -188,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     limit_mb = args.memory_limit_gb * 1024
     previous = out / "scale.csv"
     # Rows of sizes not measured in this invocation stay in the report.
-    text = {"size", "stage", "status"}  # "1e4" is a size's name, not a number
+    text = {"size", "stage", "status", "device"}  # "1e4" is a size's name, not a number
     rows = [row for row in read_rows(previous, text) if row["size"] not in args.sizes] if previous.is_file() else []
     for size in args.sizes:
         rows += measure_size(store, size, limit_mb, time_limit_s, tuple(args.overrides))

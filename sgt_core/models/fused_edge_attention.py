@@ -17,6 +17,17 @@ from sgt_core.kernels.library import loaded
 # set stays in the CPU caches (on Minesweeper's 389k attention edges this is no slower than whole-graph
 # tensors). Chunks end on destination boundaries, so each node's softmax lies within one chunk.
 CHUNK_EDGES = 1 << 16
+# On CUDA a chunk is one launch of each kernel, not a cache-sized piece: at the CPU's sizes the wide
+# network's epoch on a 10^5-node graph was ~25,000 launches, launch-bound (an H200 busy 73 ms of a 300 ms
+# epoch). There chunks are sized by bytes: one [items, d] intermediate of at most this many bytes, so the
+# transient memory stays a few of them (~1.5 GB at most) whatever the graph's size.
+CUDA_CHUNK_BYTES = 1 << 28
+
+
+def chunk_items(cpu_items: int, item_bytes: int, device: torch.device) -> int:
+    """Items (edges, query slots) per chunk: `cpu_items` on the CPU; on CUDA as many as keep one
+    intermediate of `item_bytes` per item within CUDA_CHUNK_BYTES, and never fewer than the CPU's."""
+    return cpu_items if device.type != "cuda" else max(cpu_items, CUDA_CHUNK_BYTES // max(item_bytes, 1))
 
 
 def destination_chunks(in_degree: Tensor, chunk_edges: int | None = None) -> list[tuple[int, int, int, int]]:
@@ -59,7 +70,8 @@ def _edge_attention_torch(query, key_value, edge_scale, edge_bias, ptr, src, cod
     out = query.new_zeros(num_nodes, width)
     scores = query.new_empty(src.numel())
     inside = torch.empty(src.numel(), dtype=torch.bool, device=src.device)  # where the clip passes gradient
-    for first_node, end_node, first, end in destination_chunks(in_degree):
+    chunk_edges = chunk_items(CHUNK_EDGES, key_value.element_size() * key_value.shape[1], query.device)
+    for first_node, end_node, first, end in destination_chunks(in_degree, chunk_edges):
         lengths = in_degree[first_node:end_node]
         src_c, dst_c, code_c = src[first:end], _local_destinations(lengths), code[first:end].long()
         key_e, value_e = key_value.index_select(0, src_c).split(width, dim=1)  # [e, d] x2
@@ -86,7 +98,8 @@ def _edge_attention_backward_torch(grad_out, grad_scores, query, key_value, edge
     grad_key_value = torch.zeros_like(key_value)  # keys and values are both gathered by src
     grad_edge_scale = torch.zeros_like(edge_scale)
     grad_edge_bias = query.new_zeros(num_codes)
-    for first_node, end_node, first, end in destination_chunks(in_degree):
+    chunk_edges = chunk_items(CHUNK_EDGES, key_value.element_size() * key_value.shape[1], query.device)
+    for first_node, end_node, first, end in destination_chunks(in_degree, chunk_edges):
         lengths, scores_c = in_degree[first_node:end_node], scores[first:end]
         src_c, dst_c, code_c = src[first:end], _local_destinations(lengths), code[first:end].long()
         grad_out_e = grad_out[first_node:end_node].index_select(0, dst_c)  # [e, d]

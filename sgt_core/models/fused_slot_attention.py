@@ -11,11 +11,13 @@ from torch import Tensor
 
 from sgt_core.kernels import operators
 from sgt_core.kernels.library import loaded
+from sgt_core.models.fused_edge_attention import chunk_items
 
 # Query slots (queries x degree) per chunk: every [slots, D] intermediate lives for one chunk only
 # (1 MB at D = 32), so the transient memory does not grow with the graph or the degree. Small chunks
 # also keep glibc's heap from growing: at 2^16 slots (8 MB intermediates) the Minesweeper preset's
-# train stage peaked at 636 MB, at 2^13 at 521 MB, and was no slower (benchmarks, 2 cores).
+# train stage peaked at 636 MB, at 2^13 at 521 MB, and was no slower (benchmarks, 2 cores). On CUDA
+# chunks are sized by bytes instead (`chunk_items`).
 CHUNK_SLOTS = 1 << 13
 
 # Masked slots get a large finite logit rather than -inf, so a row with no valid neighbour yields
@@ -23,8 +25,9 @@ CHUNK_SLOTS = 1 << 13
 MASKED_LOGIT = -1e9
 
 
-def _query_chunks(num_queries: int, degree: int) -> list[tuple[int, int]]:
-    rows = max(1, CHUNK_SLOTS // max(degree, 1))
+def _query_chunks(num_queries: int, degree: int, key_value: Tensor) -> list[tuple[int, int]]:
+    slots = chunk_items(CHUNK_SLOTS, key_value.element_size() * key_value.shape[1], key_value.device)
+    rows = max(1, slots // max(degree, 1))
     return [(start, min(start + rows, num_queries)) for start in range(0, num_queries, rows)]
 
 
@@ -42,7 +45,7 @@ def _slot_attention_torch(query, key_value, edge_scale, edge_bias, neighbours, c
     head_dim = hidden // heads
     out = query.new_empty(num_queries, hidden)
     attention = query.new_empty(num_queries, degree, heads)
-    for start, end in _query_chunks(num_queries, degree):
+    for start, end in _query_chunks(num_queries, degree, key_value):
         rows = end - start
         key, value = key_value.index_select(0, neighbours[start:end].flatten()).split(hidden, dim=1)
         code_c = code[start:end].flatten()
@@ -67,7 +70,7 @@ def _slot_attention_backward_torch(grad_out, query, key_value, edge_scale, neigh
     grad_key_value = torch.zeros_like(key_value)
     grad_scale = torch.zeros_like(edge_scale)
     grad_bias = edge_scale.new_zeros(num_codes, heads)
-    for start, end in _query_chunks(num_queries, degree):
+    for start, end in _query_chunks(num_queries, degree, key_value):
         rows, slots = end - start, (end - start) * degree
         flat = neighbours[start:end].flatten()
         key, value = key_value.index_select(0, flat).split(hidden, dim=1)  # [r*deg, D] x2

@@ -174,13 +174,14 @@ def _start(cfg: dict, inputs: dict[str, Path],
            local_rank: int | None = None) -> tuple[torch.device, InteractionGraph, torch.Tensor]:
     """What the stage and every rank do first: seed, choose the device, read the inputs (`_read_inputs`).
 
-    Every rank seeds alike, so all build the same initial network. With `local_rank` (a rank of a
-    distributed run), CUDA means that GPU: one per local rank.
+    Every rank seeds alike, so all build the same initial network. CUDA means one GPU, named with its
+    index (cuda:0, as the metrics report it): with `local_rank` (a rank of a distributed run) that rank's,
+    else the current one.
     """
     seed_everything(cfg["seed"])
     device = resolve_device(TrainConfig.from_dict(cfg["train"]).device)
-    if local_rank is not None and device.type == "cuda":
-        device = torch.device("cuda", local_rank)
+    if device.type == "cuda":
+        device = torch.device("cuda", torch.cuda.current_device() if local_rank is None else local_rank)
         torch.cuda.set_device(device)
     graph, layer_scores = _read_inputs(cfg, inputs)
     return device, graph, layer_scores
@@ -205,6 +206,8 @@ def _fit(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device:
     metric = metric_name(graph.num_classes)
     undefined = splits_without_metric(graph.y, {"val": graph.val_mask, "test": graph.test_mask},
                                       graph.num_classes, "train")
+    if device.type == "cuda":  # the stage's own high-water mark of GPU memory, reported beside the time
+        torch.cuda.reset_peak_memory_stats(device)
     training = WideNetworkTraining.build(cfg, graph, layer_scores, device)
     scheduler = CosineWithWarmup(training.optimizer, warmup_epochs=train.warmup_epochs, epochs=train.epochs)
     train_nodes, val_nodes, test_nodes = (m.nonzero().flatten().to(device)
@@ -270,4 +273,5 @@ def _fit(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device:
         "seconds": seconds,
         "seconds_per_epoch": seconds / max(1, train.epochs),
         "device": str(device),
+        **({"peak_cuda_mb": torch.cuda.max_memory_allocated(device) / 2**20} if device.type == "cuda" else {}),
     }

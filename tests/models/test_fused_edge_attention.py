@@ -118,3 +118,10 @@ def test_memory_efficient_estimator_attention_matches_the_plain_one():
     fused_out.square().sum().backward()
     for (name, a), b in zip(plain.named_parameters(), fused.parameters()):
         assert torch.allclose(a.grad, b.grad, atol=1e-4), name
+
+
+def test_chunks_on_cuda_are_sized_by_bytes_and_on_the_cpu_by_count():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")  # a device name only: no GPU needed
+    assert fused_module.chunk_items(1 << 16, 64, cpu) == 1 << 16
+    assert fused_module.chunk_items(1 << 16, 64, cuda) == fused_module.CUDA_CHUNK_BYTES // 64  # one launch per 4M
+    assert fused_module.chunk_items(1 << 16, 1 << 30, cuda) == 1 << 16  # never fewer items than the CPU's
