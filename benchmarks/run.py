@@ -518,8 +518,11 @@ def main(argv: list[str] | None = None) -> None:
         if dataset in args.datasets:
             scores = gcn_baseline(dataset, list(range(args.seeds)))
             extras[f"2-layer GCN (PyG) on {dataset}, same split, test accuracy ×100"] = mean_std(scores, 100)
-    extras.setdefault("GPU", "not measured: no device machine was lent to this task; the train stage picks CUDA "
-                             "when torch.cuda.is_available() and records the device in MLflow (tag sgt.device)")
+    extras["GPU"] = (f"the train stage ran on {torch.cuda.get_device_name(0)} (train.device=auto)"
+                     if torch.cuda.is_available() else
+                     "none here: torch sees no GPU, so every stage ran on the CPU. The train stage picks CUDA when "
+                     "torch.cuda.is_available() and records the device in MLflow (tag sgt.device); runs on a lent "
+                     "H200 are in benchmarks/results/2026-11-25-gpu.md")
     with atomic_path(extras_path) as partial_extras:
         partial_extras.write_text(json.dumps(extras, indent=2, ensure_ascii=False))
     write_report(out, list(measured.values()), extras)
