@@ -18,6 +18,8 @@ import json
 import os
 from pathlib import Path
 
+import torch
+
 from benchmarks.run import REPO, MemoryLimitExceeded, TimeLimitExceeded, cpu_model, read_rows, run_stage
 from sgt_core.artifacts import ArtifactStore, atomic_path
 from sgt_core.config import compose_config
@@ -90,8 +92,6 @@ def measure_size(store: ArtifactStore, size: str, memory_limit_mb: float, time_l
 
 def gpu_name() -> str:
     """", GPU: <name>" where torch sees one (the train stage then runs there), else nothing."""
-    import torch
-
     return f", GPU: {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
 
 

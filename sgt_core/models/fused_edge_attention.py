@@ -49,6 +49,12 @@ def destination_chunks(in_degree: Tensor, chunk_edges: int | None = None) -> lis
             if ptr_list[i + 1] > ptr_list[i] or nodes[i + 1] > nodes[i]]
 
 
+def _edge_chunks(in_degree: Tensor, key_value: Tensor) -> list[tuple[int, int, int, int]]:
+    """`destination_chunks` at the size for key_value's device: one gathered key_value row per edge."""
+    chunk_edges = chunk_items(CHUNK_EDGES, key_value.element_size() * key_value.shape[1], key_value.device)
+    return destination_chunks(in_degree, chunk_edges)
+
+
 def _local_destinations(lengths: Tensor) -> Tensor:
     """Each edge's destination within its chunk, from the chunk's in-degrees: int64 [e]."""
     return torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths)
@@ -70,8 +76,7 @@ def _edge_attention_torch(query, key_value, edge_scale, edge_bias, ptr, src, cod
     out = query.new_zeros(num_nodes, width)
     scores = query.new_empty(src.numel())
     inside = torch.empty(src.numel(), dtype=torch.bool, device=src.device)  # where the clip passes gradient
-    chunk_edges = chunk_items(CHUNK_EDGES, key_value.element_size() * key_value.shape[1], query.device)
-    for first_node, end_node, first, end in destination_chunks(in_degree, chunk_edges):
+    for first_node, end_node, first, end in _edge_chunks(in_degree, key_value):
         lengths = in_degree[first_node:end_node]
         src_c, dst_c, code_c = src[first:end], _local_destinations(lengths), code[first:end].long()
         key_e, value_e = key_value.index_select(0, src_c).split(width, dim=1)  # [e, d] x2
@@ -98,8 +103,7 @@ def _edge_attention_backward_torch(grad_out, grad_scores, query, key_value, edge
     grad_key_value = torch.zeros_like(key_value)  # keys and values are both gathered by src
     grad_edge_scale = torch.zeros_like(edge_scale)
     grad_edge_bias = query.new_zeros(num_codes)
-    chunk_edges = chunk_items(CHUNK_EDGES, key_value.element_size() * key_value.shape[1], query.device)
-    for first_node, end_node, first, end in destination_chunks(in_degree, chunk_edges):
+    for first_node, end_node, first, end in _edge_chunks(in_degree, key_value):
         lengths, scores_c = in_degree[first_node:end_node], scores[first:end]
         src_c, dst_c, code_c = src[first:end], _local_destinations(lengths), code[first:end].long()
         grad_out_e = grad_out[first_node:end_node].index_select(0, dst_c)  # [e, d]

@@ -46,11 +46,13 @@ def pyg_reference(kind: str, aggregation: str) -> torch.nn.Module:
     return GATv2Conv(HIDDEN, HIDDEN // HEADS, heads=HEADS)
 
 
-def keep_everything(graph, num_layers: int = 1) -> LayerSampler:
+def keep_everything(graph, num_layers: int = 1, device: torch.device | str = "cpu",
+                    method: str = "reservoir") -> LayerSampler:
+    """Every neighbour in every layer, so the layout is the same whatever the (device's) random draws."""
     largest = int(graph.ptr.diff().max())
     scores = torch.rand(num_layers, graph.num_edges, generator=torch.Generator().manual_seed(1))
-    return LayerSampler(graph.edge_index, graph.edge_type, graph.ptr, scores, [largest] * num_layers, "reservoir",
-                        torch.Generator().manual_seed(0))
+    return LayerSampler(graph.edge_index.to(device), graph.edge_type.to(device), graph.ptr.to(device),
+                        scores.to(device), [largest] * num_layers, method, torch.Generator(device).manual_seed(0))
 
 
 @pytest.mark.parametrize(("kind", "aggregation"), BRANCHES)

@@ -20,8 +20,8 @@ def implementation(request, monkeypatch):
     return request.param
 
 
-def csr(counts: list[int]) -> torch.Tensor:
-    return torch.cat([torch.zeros(1, dtype=torch.long), torch.tensor(counts).cumsum(0)])
+def csr(counts: list[int], device: torch.device | str = "cpu") -> torch.Tensor:
+    return torch.cat([torch.zeros(1, dtype=torch.long), torch.tensor(counts).cumsum(0)]).to(device)
 
 
 def test_single_draw_frequencies_match_scores():

@@ -16,15 +16,16 @@ from scipy.stats import chisquare
 
 from sgt_core.config.preprocess import ExpanderConfig
 from sgt_core.models import NodeExtras, Spexphormer
-from sgt_core.optim import AdamW
 from sgt_core.preprocess.builder import build_interaction_graph
 from sgt_core.preprocess.interaction_graph import EDGE_TYPES, NODE_KINDS
-from sgt_core.sampling import LayerSampler, sample_neighbours
+from sgt_core.sampling import sample_neighbours
 from sgt_core.seeding import seed_everything
 from sgt_core.train.outputs import HISTORY_FILE, MODEL_FILE
 from sgt_core.train.stage import WideNetworkTraining, _read_inputs, run_train
-from tests.models.test_local_message_passing import BRANCHES, random_graph
+from tests.models.test_local_message_passing import BRANCHES, keep_everything, random_graph
+from tests.sampling.test_reservoir import csr
 from tests.stage_runner import run_stages
+from tests.train.test_distributed import _build_in_float64
 
 pytestmark = [
     pytest.mark.gpu,
@@ -33,10 +34,6 @@ pytestmark = [
 CUDA = torch.device("cuda")
 GRAPH = EDGE_TYPES.index("graph")
 HIDDEN, HEADS, LAYERS = 16, 2, 3
-
-
-def csr(counts: list[int], device) -> torch.Tensor:
-    return torch.cat([torch.zeros(1, dtype=torch.long), torch.tensor(counts).cumsum(0)]).to(device)
 
 
 def test_reservoir_sampling_on_cuda_draws_in_proportion_to_the_scores():
@@ -70,14 +67,6 @@ def interaction_graph():
                                    expander=ExpanderConfig(degree=4, ramanujan_slack=1.0, max_tries=50))
 
 
-def keep_everything(graph, device, method: str = "reservoir") -> LayerSampler:
-    """Every neighbour in every layer, so that the layout is the same whatever the device's random draws."""
-    largest = int(graph.ptr.diff().max())
-    scores = torch.rand(LAYERS, graph.num_edges, generator=torch.Generator().manual_seed(1))
-    return LayerSampler(graph.edge_index.to(device), graph.edge_type.to(device), graph.ptr.to(device),
-                        scores.to(device), [largest] * LAYERS, method, torch.Generator(device).manual_seed(0))
-
-
 def network(graph, kind: str, aggregation: str) -> Spexphormer:
     torch.manual_seed(0)
     return Spexphormer(in_features=graph.x.shape[1], num_classes=3, hidden=HIDDEN, num_layers=LAYERS, heads=HEADS,
@@ -93,12 +82,12 @@ def test_the_wide_network_on_cuda_computes_what_it_computes_on_cpu(interaction_g
     labels = torch.randint(0, 3, (graph.num_nodes,), generator=torch.Generator().manual_seed(2))
     on_cpu = network(graph, kind, aggregation)
     on_cpu.train()
-    cpu_sampler = keep_everything(graph, "cpu", method)
+    cpu_sampler = keep_everything(graph, LAYERS, "cpu", method)
     with torch.no_grad():
         for _ in range(3):  # non-trivial batch-norm running statistics, so eval mode is not the identity
             on_cpu(graph.x, graph.node_kind, cpu_sampler.full(), extras)
     on_cuda = copy.deepcopy(on_cpu).to(CUDA)
-    cuda_sampler = keep_everything(graph, CUDA, method)
+    cuda_sampler = keep_everything(graph, LAYERS, CUDA, method)
     cuda_inputs = (graph.x.to(CUDA), graph.node_kind.to(CUDA))
 
     for mode in ("train", "eval"):
@@ -122,7 +111,7 @@ def test_batched_forward_on_cuda_equals_full_graph_with_every_neighbour_kept(int
     graph = interaction_graph
     extras = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"), GRAPH).to(CUDA)
     model = network(graph, "gcn", "mean").to(CUDA)
-    sampler = keep_everything(graph, CUDA)
+    sampler = keep_everything(graph, LAYERS, CUDA)
     x, node_kind = graph.x.to(CUDA), graph.node_kind.to(CUDA)
     model.train()
     with torch.no_grad():
@@ -154,22 +143,14 @@ def upstream(tmp_path_factory):
 
 
 def _in_float64(cfg: dict, inputs: dict, device: torch.device) -> WideNetworkTraining:
-    """The stage's training set-up on `device`, computing in float64.
+    """The stage's training set-up on `device` in float64, as test_distributed.py compares DDP's ranks.
 
-    In float32 the two devices' sums round differently, and batch norm leaves some parameters without a
-    gradient (a bias just before it): Adam turns their rounding noise into steps of about lr, which the
-    evaluation's running statistics then see (the validation loss drifted 0.6% apart in 6 epochs). In float64
-    that noise stays far below Adam's eps, so the devices must agree closely (tests/train/test_distributed.py
-    compares DDP's ranks the same way).
+    In float32 the devices' sums round differently and the validation loss drifted 0.6% apart in 6 epochs
+    (`_build_in_float64` says why); in float64 they must agree closely.
     """
     seed_everything(cfg["seed"])
     graph, scores = _read_inputs(cfg, inputs)
-    training = WideNetworkTraining.build(cfg, graph, scores, device)
-    training.model.double()
-    training.x = training.x.double()
-    training.optimizer = AdamW(training.model.parameters(), lr=cfg["optimizer"]["lr"],
-                               weight_decay=cfg["optimizer"]["weight_decay"])
-    return training
+    return _build_in_float64(cfg, graph, scores, device)
 
 
 def test_full_graph_training_on_cuda_equals_training_on_cpu(upstream):

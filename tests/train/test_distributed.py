@@ -46,8 +46,8 @@ def upstream(tmp_path_factory) -> tuple[dict, dict[str, Path]]:
     return cfg, {name: outputs[name] for name in ("preprocess", "export")}
 
 
-def _build_in_float64(cfg: dict, graph, scores) -> WideNetworkTraining:
-    """The stage's training set-up, computing in float64 (the torch kernels; the sampler is unchanged).
+def _build_in_float64(cfg: dict, graph, scores, device: torch.device | str = "cpu") -> WideNetworkTraining:
+    """The stage's training set-up on `device`, computing in float64 (the torch kernels; the sampler is unchanged).
 
     Batch norm makes some parameters gradient-free (a bias just before it, a key bias under the softmax):
     their exact gradient is 0, which float32 rounds to noise of either sign, and Adam divides that noise by
@@ -55,7 +55,7 @@ def _build_in_float64(cfg: dict, graph, scores) -> WideNetworkTraining:
     orders then drift apart on those parameters by ~lr per step. In float64 the noise stays far below
     Adam's eps, so every parameter is comparable at the issue's tolerance.
     """
-    training = WideNetworkTraining.build(cfg, graph, scores, torch.device("cpu"))
+    training = WideNetworkTraining.build(cfg, graph, scores, torch.device(device))
     training.model.double()
     training.x = training.x.double()
     training.optimizer = AdamW(training.model.parameters(), lr=cfg["optimizer"]["lr"],
