@@ -368,6 +368,11 @@ def cpu_model() -> str:
     return f"{fields.get('model name', 'unknown CPU')}, family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
 
 
+def gpu_model() -> str | None:
+    """The GPU the train stage would run on (train.device=auto picks it where torch sees one), or None."""
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+
+
 def write_report(out: Path, rows: list[dict], extras: dict) -> None:
     columns = list(dict.fromkeys(key for row in rows for key in row))  # rows of an older layout lack some
     # a reader never sees half a table
@@ -518,8 +523,8 @@ def main(argv: list[str] | None = None) -> None:
         if dataset in args.datasets:
             scores = gcn_baseline(dataset, list(range(args.seeds)))
             extras[f"2-layer GCN (PyG) on {dataset}, same split, test accuracy ×100"] = mean_std(scores, 100)
-    extras["GPU"] = (f"the train stage ran on {torch.cuda.get_device_name(0)} (train.device=auto)"
-                     if torch.cuda.is_available() else
+    gpu = gpu_model()
+    extras["GPU"] = (f"the train stage ran on {gpu} (train.device=auto)" if gpu else
                      "none here: torch sees no GPU, so every stage ran on the CPU. The train stage picks CUDA when "
                      "torch.cuda.is_available() and records the device in MLflow (tag sgt.device); runs on a lent "
                      "H200 are in benchmarks/results/2026-11-25-gpu.md")

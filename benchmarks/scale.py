@@ -18,9 +18,15 @@ import json
 import os
 from pathlib import Path
 
-import torch
-
-from benchmarks.run import REPO, MemoryLimitExceeded, TimeLimitExceeded, cpu_model, read_rows, run_stage
+from benchmarks.run import (
+    REPO,
+    MemoryLimitExceeded,
+    TimeLimitExceeded,
+    cpu_model,
+    gpu_model,
+    read_rows,
+    run_stage,
+)
 from sgt_core.artifacts import ArtifactStore, atomic_path
 from sgt_core.config import compose_config
 from sgt_core.pipeline import STAGES, stage_keys
@@ -90,9 +96,10 @@ def measure_size(store: ArtifactStore, size: str, memory_limit_mb: float, time_l
     return rows
 
 
-def gpu_name() -> str:
-    """", GPU: <name>" where torch sees one (the train stage then runs there), else nothing."""
-    return f", GPU: {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
+def cores_and_gpu() -> str:
+    """"N cores", and ", GPU: <name>" where torch sees one (the train stage then runs there)."""
+    gpu = gpu_model()
+    return f"{os.cpu_count()} cores" + (f", GPU: {gpu}" if gpu else "")
 
 
 def target_lines(rows: list[dict]) -> list[str]:
@@ -139,7 +146,7 @@ def write_report(out: Path, rows: list[dict], memory_limit_mb: float, overrides:
         writer.writerows({column: row.get(column) for column in COLUMNS} for row in rows)
     lines = [
         "# Scale benchmark (`make bench-scale`)", "",
-        (f"CPU: {cpu_model()}, {os.cpu_count()} cores{gpu_name()}; memory watchdog at {memory_limit_mb:.0f} MB per stage. "
+        (f"CPU: {cpu_model()}, {cores_and_gpu()}; memory watchdog at {memory_limit_mb:.0f} MB per stage. "
         "Generated graphs (`dataset=synthetic`, average degree 20; Amazon2M's size and Table 9's networks for "
         "`amazon2m`). bytes_per_edge: the stage's peak RSS over the interaction graph's edges; "
         "ns_per_edge_layer_epoch: seconds per epoch over (edges x layers); peak_cuda_mb and "
@@ -175,7 +182,7 @@ def plot(rows: list[dict], path: Path) -> None:
         axis.set_xlabel("nodes"), axis.set_ylabel(label)
         axis.grid(True, which="both", alpha=0.3)
         axis.legend()
-    figure.suptitle(f"SGT stages on generated graphs ({os.cpu_count()} cores{gpu_name()})")
+    figure.suptitle(f"SGT stages on generated graphs ({cores_and_gpu()})")
     figure.tight_layout()
     with atomic_path(path) as partial:  # a name ending in .png: savefig takes the format from it
         figure.savefig(partial, dpi=100)

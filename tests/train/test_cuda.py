@@ -21,7 +21,7 @@ from sgt_core.preprocess.interaction_graph import EDGE_TYPES, NODE_KINDS
 from sgt_core.sampling import sample_neighbours
 from sgt_core.seeding import seed_everything
 from sgt_core.train.outputs import HISTORY_FILE, MODEL_FILE
-from sgt_core.train.stage import WideNetworkTraining, _read_inputs, run_train
+from sgt_core.train.stage import _read_inputs, run_train
 from tests.models.test_local_message_passing import BRANCHES, keep_everything, random_graph
 from tests.sampling.test_reservoir import csr
 from tests.stage_runner import run_stages
@@ -142,23 +142,15 @@ def upstream(tmp_path_factory):
     return cfg, {name: outputs[name] for name in ("preprocess", "export")}
 
 
-def _in_float64(cfg: dict, inputs: dict, device: torch.device) -> WideNetworkTraining:
-    """The stage's training set-up on `device` in float64, as test_distributed.py compares DDP's ranks.
-
-    In float32 the devices' sums round differently and the validation loss drifted 0.6% apart in 6 epochs
-    (`_build_in_float64` says why); in float64 they must agree closely.
-    """
-    seed_everything(cfg["seed"])
-    graph, scores = _read_inputs(cfg, inputs)
-    return _build_in_float64(cfg, graph, scores, device)
-
-
 def test_full_graph_training_on_cuda_equals_training_on_cpu(upstream):
     cfg, inputs = upstream
-    graph, _ = _read_inputs(cfg, inputs)
+    graph, scores = _read_inputs(cfg, inputs)
     runs = {}
     for device in (torch.device("cpu"), CUDA):
-        training = _in_float64(cfg, inputs, device)
+        # In float64, as test_distributed.py compares DDP's ranks: in float32 the devices' sums round
+        # differently and the validation loss drifted 0.6% apart in 6 epochs (`_build_in_float64` says why).
+        seed_everything(cfg["seed"])  # the same initial weights on both devices
+        training = _build_in_float64(cfg, graph, scores, device)
         train_nodes = graph.train_mask.nonzero().flatten().to(device)
         eval_nodes = torch.cat([graph.val_mask.nonzero().flatten(), graph.test_mask.nonzero().flatten()]).to(device)
         losses = [training.train_epoch(train_nodes) for _ in range(EPOCHS)]
