@@ -35,6 +35,7 @@ from sgt_core.pipeline import STAGES, stage_environment, stage_keys
 from sgt_core.preprocess.interaction_graph import InteractionGraph
 from sgt_core.preprocess.outputs import INTERACTION_GRAPH_FILE
 from sgt_core.sampling import sample_neighbours
+from sgt_core.train.device import resolve_device
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "datasets"
@@ -369,8 +370,9 @@ def cpu_model() -> str:
 
 
 def gpu_model() -> str | None:
-    """The GPU the train stage would run on (train.device=auto picks it where torch sees one), or None."""
-    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    """The GPU the train stage runs on at `train.device=auto` (the stage's own rule), or None."""
+    device = resolve_device("auto")
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else None
 
 
 def write_report(out: Path, rows: list[dict], extras: dict) -> None:
