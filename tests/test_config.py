@@ -203,12 +203,25 @@ def _composed_with(key: str, value) -> dict:
     ("model.local", "gin", "model.local: expected one of none, gcn, sage, gatv2, found 'gin'"),
     ("model.local_aggregation", "max", "model.local_aggregation: expected one of mean, sum"),
     ("model.degree_signal", "yes", "model.degree_signal: must be true or false"),
+    ("model.local_steps", 0, "model.local_steps: must be an integer >= 1, found 0"),
+    ("model.local_teleport", 1.0, "model.local_teleport: must be a number in [0, 1), found 1.0"),
+    # the default branch is sage, which has no propagation steps
+    ("model.local_steps", 3, "model.local_steps: 3 steps, teleport 0.0: APPNP's propagation is the gcn branch's"),
 ])
 def test_a_bad_value_in_a_group_is_one_error_naming_its_key(key, value, message):
     with pytest.raises(ConfigProblems) as error:
         validate_config(_composed_with(key, value))
     assert str(error.value).startswith(message), str(error.value)
     assert len(error.value.problems) == 1, str(error.value)
+
+
+def test_propagation_steps_refuse_algorithm_2_batches():
+    cfg = _composed_with("model.local", "gcn")
+    cfg["model"]["local_steps"], cfg["train"]["batch_size"] = 10, 256
+    with pytest.raises(ConfigError, match=r"^model\.local_steps: 10 propagation steps need full-graph training"):
+        validate_config(cfg)
+    cfg["train"]["batch_size"] = None
+    validate_config(cfg)
 
 
 def test_a_missing_key_is_named():

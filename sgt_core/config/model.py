@@ -29,6 +29,8 @@ class ModelConfig(NetworkConfig):
     # so that reading the configuration never imports torch_geometric
     local: str = checked(one_of("none", "gcn", "sage", "gatv2"))
     local_aggregation: str = checked(one_of("mean", "sum"))
+    local_steps: int = checked(integer(1))
+    local_teleport: float = checked(PROBABILITY_BELOW_ONE)
     degree_signal: bool = checked(BOOLEAN)
     feed_forward: bool = checked(BOOLEAN)
     lpe_dim: int
@@ -40,6 +42,10 @@ class ModelConfig(NetworkConfig):
         if len(self.degrees) != self.num_layers:
             problems.append(("model.degrees", (f"has {len(self.degrees)} entries but model.num_layers is "
                                                f"{self.num_layers}; give one degree per layer")))
+        if (self.local_steps, self.local_teleport) != (1, 0.0) and self.local != "gcn":
+            problems.append(("model.local_steps", (f"{self.local_steps} steps, teleport {self.local_teleport}: "
+                                                   f"APPNP's propagation is the gcn branch's, but model.local is "
+                                                   f"{self.local}; set 1 and 0.0, or local: gcn")))
         if self.hidden % self.heads:
             problems.append(("model.hidden", f"{self.hidden} is not divisible by model.heads={self.heads}"))
         return problems

@@ -34,6 +34,11 @@ class LocalMessagePassing(nn.Module):
     - gcn: :math:`\sum_{j \in N(i) \cup \{i\}} \frac{1}{\sqrt{\hat d_i \hat d_j}} W x_j + b`, with
       :math:`\hat d = n + 1` from the real graph degrees n (`GCNConv` with self-loops): the sampled sum
       needs every source's degree, which only the whole graph knows.
+      With `steps` K > 1 or a `teleport` alpha > 0 it is APPNP's propagation (Gasteiger et al., 2019) of
+      z_0 = W x over the layer's kept graph edges: :math:`z_{k+1} = (1 - \alpha) \hat A z_k + \alpha z_0`,
+      output :math:`z_K + b` (`APPNP(K, alpha)` after `GCNConv`'s linear map); K = 1 with alpha = 0 is
+      the one GCN hop above. Hops after the first need every input row as a query, so K > 1 runs in
+      full-graph layers only (Algorithm 2's batches sample one hop per layer).
     - sage: :math:`W_1 x_i + W_2\, \mathrm{agg}_{j \in N(i)} x_j`, agg `mean` or `sum` (`SAGEConv`); a sum
       counts neighbours, which a mean and attention's softmax cannot.
     - gatv2: `GATv2Conv` with `heads` heads concatenated, over N(i) and i itself.
@@ -44,6 +49,8 @@ class LocalMessagePassing(nn.Module):
         heads: GATv2's heads (D must divide by them).
         aggregation: sage's aggregation, mean or sum.
         graph_edge_type: the edge type code of the input graph's own edges.
+        steps: gcn's propagation steps K (1: one hop).
+        teleport: gcn's teleport probability alpha back to z_0 at each step (0: none).
 
     Shapes:
         h [K, D] layer input, query_h [Q, D] its query rows, graph_degree [K] real graph in-degree of each
@@ -51,7 +58,7 @@ class LocalMessagePassing(nn.Module):
     """
 
     def __init__(self, kind: str, hidden: int, heads: int, aggregation: str = "mean",
-                 graph_edge_type: int = 0) -> None:
+                 graph_edge_type: int = 0, steps: int = 1, teleport: float = 0.0) -> None:
         super().__init__()
         if kind not in LOCAL_KINDS[1:]:
             raise ValueError(f"local branch kind must be one of {', '.join(LOCAL_KINDS[1:])}, got {kind!r}")
@@ -59,6 +66,11 @@ class LocalMessagePassing(nn.Module):
             raise ValueError(f"aggregation must be one of {', '.join(SAGE_AGGREGATIONS)}, got {aggregation!r}")
         if kind == "gatv2" and hidden % heads:
             raise ValueError(f"hidden width {hidden} is not divisible by {heads} heads")
+        if (steps, teleport) != (1, 0.0) and kind != "gcn":
+            raise ValueError(f"propagation steps and teleport apply to the gcn branch only, not {kind!r}")
+        if steps < 1 or not 0.0 <= teleport < 1.0:
+            raise ValueError(f"need steps >= 1 and 0 <= teleport < 1, got steps={steps}, teleport={teleport}")
+        self.steps, self.teleport = steps, teleport
         self.kind, self.aggregation, self.graph_edge_type = kind, aggregation, graph_edge_type
         self.heads = heads if kind == "gatv2" else 1
         self.conv = _ConvParameters(kind, hidden, self.heads)
@@ -78,10 +90,27 @@ class LocalMessagePassing(nn.Module):
             degree_root = (graph_degree.to(h.dtype) + 1).rsqrt()  # [K] 1 / sqrt(d_j)
             query_root = (real + 1).rsqrt()  # [Q] 1 / sqrt(d_i)
             weight = correction[target] * query_root[target] * degree_root[source]  # [E']
-            projected = self.conv.lin(h)  # [K, D]
-            neighbours = _sum_by_target(projected[source] * weight.unsqueeze(1), target, query_h.shape[0])  # [Q, D]
-            own = projected.index_select(0, query_rows) * query_root.square().unsqueeze(1)  # [Q, D] self-loop
-            return neighbours + own + self.conv.bias
+            projected = self.conv.lin(h)  # [K, D] z_0
+            if self.steps == 1 and not self.teleport:  # one GCN hop
+                neighbours = _sum_by_target(projected[source] * weight.unsqueeze(1), target, query_h.shape[0])
+                own = projected.index_select(0, query_rows) * query_root.square().unsqueeze(1)  # [Q, D] self-loop
+                return neighbours + own + self.conv.bias
+            every_row = _every_row_a_query(query_rows, h.shape[0])  # query q is input row q
+            if self.steps > 1 and not every_row:
+                raise ValueError(f"the gcn branch's {self.steps} propagation steps need a full-graph layer (every "
+                                 "input row a query); Algorithm 2's batches give one hop per layer")
+            # (1 - alpha) folded into the edge and self-loop weights, and no row selection where queries are
+            # the input rows: index_add_ (a scatter) is most of the K steps' time on CPU, and the backward of
+            # indexing or of a selection is one more; index_select's is about half of indexing's
+            edge_weight = ((1 - self.teleport) * weight).unsqueeze(1)  # [E', 1]
+            own_weight = ((1 - self.teleport) * query_root.square()).unsqueeze(1)  # [Q, 1]
+            teleported = self.teleport * (projected if every_row else projected.index_select(0, query_rows))
+            propagated = projected
+            for _ in range(self.steps):  # z <- (1 - alpha) Â z + alpha z_0
+                own = propagated if every_row else propagated.index_select(0, query_rows)  # [Q, D]
+                propagated = torch.addcmul(teleported, own, own_weight).index_add_(
+                    0, target, propagated.index_select(0, source) * edge_weight)  # [Q, D]
+            return propagated + self.conv.bias
         summed = _sum_by_target(h[source], target, query_h.shape[0])  # [Q, D]
         # mean: over the kept neighbours (0 where there are none, as in PyG); sum: n_i times that mean
         scale = 1 / kept.clamp_min(1).to(h.dtype) if self.aggregation == "mean" else correction  # [Q]
@@ -116,7 +145,8 @@ class LocalMessagePassing(nn.Module):
         return source, target, kept
 
     def extra_repr(self) -> str:
-        return f"kind={self.kind}" + (f", aggregation={self.aggregation}" if self.kind == "sage" else "")
+        propagation = f", steps={self.steps}, teleport={self.teleport}" if self.kind == "gcn" else ""
+        return f"kind={self.kind}" + (f", aggregation={self.aggregation}" if self.kind == "sage" else "") + propagation
 
 
 class _ConvParameters(nn.Module):
@@ -160,6 +190,11 @@ class _ConvParameters(nn.Module):
 def _sum_by_target(values: Tensor, target: Tensor, num_targets: int) -> Tensor:
     """values [E, ...] summed into their targets' rows -> [num_targets, ...]."""
     return values.new_zeros((num_targets, *values.shape[1:])).index_add_(0, target, values)
+
+
+def _every_row_a_query(query_rows: Tensor, num_rows: int) -> bool:
+    """Whether query q is input row q for every row, as in a full-graph layer."""
+    return query_rows.numel() == num_rows and torch.equal(query_rows, torch.arange(num_rows, device=query_rows.device))
 
 
 def _with_self_edges(source: Tensor, target: Tensor, query_rows: Tensor) -> tuple[Tensor, Tensor]:

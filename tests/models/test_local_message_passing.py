@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch_geometric.nn import GATv2Conv, GCNConv, SAGEConv
+from torch_geometric.nn import APPNP, GATv2Conv, GCNConv, SAGEConv
 
 from sgt_core.config.preprocess import ExpanderConfig
 from sgt_core.layers import SampledLayer
@@ -78,6 +78,39 @@ def test_dense_sampled_layout_equals_pyg_layer_on_the_graph(interaction_graph, k
     input_nodes, (layer,) = keep_everything(graph).batch(targets)
     batched = branch(h[input_nodes], h[input_nodes][layer.queries], layer, degree[input_nodes])
     assert torch.allclose(batched, expected[targets], atol=1e-5)
+
+
+def test_gcn_propagation_equals_pyg_appnp_after_the_gcn_linear_map(interaction_graph):
+    """K steps with teleport alpha over the kept graph edges: PyG's APPNP on GCNConv's W x, plus its bias."""
+    graph = interaction_graph
+    torch.manual_seed(0)
+    branch = LocalMessagePassing("gcn", HIDDEN, HEADS, graph_edge_type=GRAPH, steps=6, teleport=0.15)
+    torch.nn.init.normal_(branch.conv.bias)  # glorot's zero bias would hide where it is added
+    degree = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"), GRAPH).graph_degree
+    h = torch.randn(graph.num_nodes, HIDDEN)
+    graph_edges = graph.edge_index[:, graph.edge_type == GRAPH]
+    expected = APPNP(K=6, alpha=0.15)(branch.conv.lin(h), graph_edges) + branch.conv.bias  # [N, D]
+    one_hop = GCNConv(HIDDEN, HIDDEN)
+    one_hop.load_state_dict(branch.conv.state_dict())
+    assert not torch.allclose(one_hop(h, graph_edges), expected, atol=1e-2)  # the steps change the output
+    sampler = keep_everything(graph)
+    (dense,) = sampler.full()
+    assert torch.allclose(branch(h, h, dense, degree), expected, atol=1e-5)
+    sampler.method = "full"
+    (full,) = sampler.full()
+    assert torch.allclose(branch(h, h, full, degree), expected, atol=1e-5)
+
+
+def test_gcn_propagation_refuses_a_batch_and_other_branches(interaction_graph):
+    graph = interaction_graph
+    branch = LocalMessagePassing("gcn", HIDDEN, HEADS, graph_edge_type=GRAPH, steps=3, teleport=0.1)
+    degree = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"), GRAPH).graph_degree
+    h = torch.randn(graph.num_nodes, HIDDEN)
+    input_nodes, (layer,) = keep_everything(graph).batch(torch.tensor([0, 5, 17]))
+    with pytest.raises(ValueError, match="need a full-graph layer"):
+        branch(h[input_nodes], h[input_nodes][layer.queries], layer, degree[input_nodes])
+    with pytest.raises(ValueError, match="gcn branch only"):
+        LocalMessagePassing("sage", HIDDEN, HEADS, steps=3)
 
 
 def test_sampled_sums_are_unbiased_given_a_kept_neighbour(interaction_graph):
