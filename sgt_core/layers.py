@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 __all__ = ["FullLayer", "SampledLayer"]
@@ -32,6 +33,11 @@ class SampledLayer:
     neighbour_type: Tensor
     neighbour_mask: Tensor
     neighbour_spd: Tensor | None = None
+
+    def queries_are_input_rows(self, num_rows: int) -> bool:
+        """Whether query q is input row q for each of the layer's `num_rows` input rows (a full-graph layer)."""
+        return self.queries.numel() == num_rows and torch.equal(
+            self.queries, torch.arange(num_rows, device=self.queries.device))
 
     def to(self, device) -> SampledLayer:
         spd = self.neighbour_spd.to(device) if self.neighbour_spd is not None else None

@@ -95,7 +95,7 @@ class LocalMessagePassing(nn.Module):
                 neighbours = _sum_by_target(projected[source] * weight.unsqueeze(1), target, query_h.shape[0])
                 own = projected.index_select(0, query_rows) * query_root.square().unsqueeze(1)  # [Q, D] self-loop
                 return neighbours + own + self.conv.bias
-            every_row = _every_row_a_query(query_rows, h.shape[0])  # query q is input row q
+            every_row = isinstance(layer, FullLayer) or layer.queries_are_input_rows(h.shape[0])
             if self.steps > 1 and not every_row:
                 raise ValueError(f"the gcn branch's {self.steps} propagation steps need a full-graph layer (every "
                                  "input row a query); Algorithm 2's batches give one hop per layer")
@@ -190,11 +190,6 @@ class _ConvParameters(nn.Module):
 def _sum_by_target(values: Tensor, target: Tensor, num_targets: int) -> Tensor:
     """values [E, ...] summed into their targets' rows -> [num_targets, ...]."""
     return values.new_zeros((num_targets, *values.shape[1:])).index_add_(0, target, values)
-
-
-def _every_row_a_query(query_rows: Tensor, num_rows: int) -> bool:
-    """Whether query q is input row q for every row, as in a full-graph layer."""
-    return query_rows.numel() == num_rows and torch.equal(query_rows, torch.arange(num_rows, device=query_rows.device))
 
 
 def _with_self_edges(source: Tensor, target: Tensor, query_rows: Tensor) -> tuple[Tensor, Tensor]:

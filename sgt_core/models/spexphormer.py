@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from sgt_core.layers import FullLayer, SampledLayer
@@ -71,9 +70,7 @@ class SpexphormerLayer(nn.Module):
                                                    layer.edge_spd)
         else:
             # every input row, in order (full-graph layers): no [N, D] copy for autograd to keep
-            every_row = layer.queries.numel() == h.shape[0] and torch.equal(
-                layer.queries, torch.arange(h.shape[0], device=h.device))
-            query_h = h if every_row else h[layer.queries]  # [Q, D]
+            query_h = h if layer.queries_are_input_rows(h.shape[0]) else h[layer.queries]  # [Q, D]
             attended = self.attention(
                 query_h, h, layer.neighbours, layer.neighbour_type, layer.neighbour_mask, layer.neighbour_spd
             )
