@@ -28,8 +28,10 @@ from sgt_core.artifacts import atomic_path, fingerprint, is_url, process_exists
 from sgt_core.config import compose_config, config_dir
 from sgt_core.config.section import ConfigProblems
 from sgt_core.config.tune import (
+    BRANCH_PATH,
     DEPTH_PATH,
     FOLLOWS_DEPTH,
+    GCN_BRANCH_OFF,
     Choices,
     Distribution,
     FloatRange,
@@ -138,8 +140,10 @@ def sample_overrides(trial: optuna.Trial, distributions: dict[str, Distribution]
     """The trial's values of the space as Hydra overrides, in the space's order.
 
     A per-layer list gets one entry per layer of the trial's `model.num_layers` (sampled, else `cfg`'s);
-    a sampled depth sets `estimator.num_layers` too, which the config requires to be equal. Optuna names
-    each value by its config path (`model.degrees.first` and `.others` for a per-layer list).
+    a sampled depth sets `estimator.num_layers` too, which the config requires to be equal. A sampled
+    branch other than gcn switches off the gcn branch's propagation that `cfg` may set (`cora_hybrid`'s 10
+    steps), which the config would otherwise refuse. Optuna names each value by its config path
+    (`model.degrees.first` and `.others` for a per-layer list).
     """
     depth = distributions.get(DEPTH_PATH)
     layers = _suggest(trial, DEPTH_PATH, depth) if depth is not None else cfg["model"]["num_layers"]
@@ -153,6 +157,11 @@ def sample_overrides(trial: optuna.Trial, distributions: dict[str, Distribution]
             values[path] = [first] + [others] * (layers - 1)
         else:
             values[path] = _suggest(trial, path, distribution)
+    if values.get(BRANCH_PATH, "gcn") != "gcn":
+        for path, off in GCN_BRANCH_OFF.items():
+            section, key = path.split(".")
+            if path not in distributions and cfg[section][key] != off:
+                values[path] = off
     return [f"{path}={hydra_value(value)}" for path, value in values.items()]
 
 
