@@ -26,12 +26,12 @@ from flows.pipeline import crash_flow_runs_of_dead_pipelines, sgt_pipeline
 from flows.tracking import Tracker, flatten, owner_tags
 from sgt_core.artifacts import atomic_path, fingerprint, is_url, process_exists
 from sgt_core.config import compose_config, config_dir
+from sgt_core.config.model import GCN_ONE_HOP, ModelConfig
 from sgt_core.config.section import ConfigProblems
 from sgt_core.config.tune import (
     BRANCH_PATH,
     DEPTH_PATH,
     FOLLOWS_DEPTH,
-    GCN_BRANCH_OFF,
     Choices,
     Distribution,
     FloatRange,
@@ -158,10 +158,10 @@ def sample_overrides(trial: optuna.Trial, distributions: dict[str, Distribution]
         else:
             values[path] = _suggest(trial, path, distribution)
     if values.get(BRANCH_PATH, "gcn") != "gcn":
-        for path, off in GCN_BRANCH_OFF.items():
-            section, key = path.split(".")
-            if path not in distributions and cfg[section][key] != off:
-                values[path] = off
+        for key, one_hop in GCN_ONE_HOP.items():
+            path = f"{ModelConfig.PATH}.{key}"
+            if path not in distributions and cfg[ModelConfig.PATH][key] != one_hop:
+                values[path] = one_hop
     return [f"{path}={hydra_value(value)}" for path, value in values.items()]
 
 

@@ -7,6 +7,10 @@ from dataclasses import dataclass
 from sgt_core.config.network import NetworkConfig
 from sgt_core.config.section import BOOLEAN, PROBABILITY_BELOW_ONE, Problem, checked, integer, list_of, one_of
 
+# The gcn branch's APPNP keys at one plain hop, the only values another branch accepts (flows/tune.py
+# sets them when a trial draws another branch).
+GCN_ONE_HOP = {"local_steps": 1, "local_teleport": 0.0}
+
 
 @dataclass(frozen=True)
 class ModelConfig(NetworkConfig):
@@ -42,7 +46,7 @@ class ModelConfig(NetworkConfig):
         if len(self.degrees) != self.num_layers:
             problems.append(("model.degrees", (f"has {len(self.degrees)} entries but model.num_layers is "
                                                f"{self.num_layers}; give one degree per layer")))
-        if (self.local_steps, self.local_teleport) != (1, 0.0) and self.local != "gcn":
+        if self.local != "gcn" and any(getattr(self, key) != value for key, value in GCN_ONE_HOP.items()):
             problems.append(("model.local_steps", (f"{self.local_steps} steps, teleport {self.local_teleport}: "
                                                    f"APPNP's propagation is the gcn branch's, but model.local is "
                                                    f"{self.local}; set 1 and 0.0, or local: gcn")))

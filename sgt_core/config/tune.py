@@ -41,9 +41,8 @@ SPEC_KEYS = ("low", "high", "log", "int", "choices", "first", "others")
 PER_LAYER_PATHS = ("model.degrees",)
 # Sampling the wide network's depth sets the estimator's too: it gives one score set per wide layer.
 DEPTH_PATH, FOLLOWS_DEPTH = "model.num_layers", "estimator.num_layers"
-# APPNP's propagation belongs to the gcn branch (the config refuses it on another), so a trial that draws
-# another branch switches these keys off, unless the space samples them itself.
-BRANCH_PATH, GCN_BRANCH_OFF = "model.local", {"model.local_steps": 1, "model.local_teleport": 0.0}
+# A drawn branch other than gcn sets the gcn branch's propagation to one hop (config.model.GCN_ONE_HOP).
+BRANCH_PATH = "model.local"
 CHOICE_TYPES = (type(None), bool, int, float, str)  # what Optuna's categorical distributions hold
 
 
