@@ -235,17 +235,17 @@ def test_sampled_degrees_follow_the_sampled_depth_and_the_overrides_compose():
 def test_a_drawn_branch_other_than_gcn_switches_off_the_gcn_propagation_of_the_base():
     # cora_hybrid's gcn branch propagates 10 steps (APPNP), which the config refuses on another branch:
     # tuning from it must not fail every trial that draws sage or gatv2.
-    cfg = compose_config([*TINY_OVERRIDES, "model.local=gcn", "model.local_steps=10", "model.local_teleport=0.1"])
+    appnp_base = [*TINY_OVERRIDES, "model.local=gcn", "model.local_steps=10", "model.local_teleport=0.1"]
+    cfg = compose_config(appnp_base)
     space = parse_space({"model": {"local": {"choices": ["gcn", "sage", "none"]}}})
     for branch in ("sage", "none"):
         sampled = sample_overrides(FixedTrial({"model.local": branch}), space, cfg)
         assert sampled == [f"model.local={branch}", "model.local_steps=1", "model.local_teleport=0.0"]
-        composed = compose_config([*TINY_OVERRIDES, "model.local=gcn", "model.local_steps=10",
-                                   "model.local_teleport=0.1", *sampled])
+        composed = compose_config([*appnp_base, *sampled])
         assert (composed["model"]["local"], composed["model"]["local_steps"]) == (branch, 1)
     assert sample_overrides(FixedTrial({"model.local": "gcn"}), space, cfg) == ["model.local=gcn"]
     with pytest.raises(ConfigError, match=r"model\.local_steps"):  # what the trial would have failed on
-        compose_config([*TINY_OVERRIDES, "model.local=gcn", "model.local_steps=10", "model.local=sage"])
+        compose_config([*appnp_base, "model.local=sage"])
     # A space that samples the propagation itself keeps its own draw.
     both = parse_space({"model": {"local": {"choices": ["sage"]}, "local_steps": {"choices": [1, 10]}}})
     assert sample_overrides(FixedTrial({"model.local": "sage", "model.local_steps": 10}), both, cfg) == [
