@@ -9,7 +9,7 @@ from torch_geometric.nn import APPNP, GATv2Conv, GCNConv, SAGEConv
 from sgt_core.config.preprocess import ExpanderConfig
 from sgt_core.layers import SampledLayer
 from sgt_core.models import NodeExtras, Spexphormer
-from sgt_core.models.local_message_passing import LocalMessagePassing
+from sgt_core.models.local_message_passing import LocalMessagePassing, _sum_messages
 from sgt_core.preprocess.builder import build_interaction_graph
 from sgt_core.preprocess.interaction_graph import EDGE_TYPES, NODE_KINDS
 from sgt_core.sampling import LayerSampler
@@ -196,3 +196,75 @@ def test_degree_signal_counts_graph_neighbours_only(interaction_graph):
         assert degree[node] == int(((dst == node) & (graph.edge_type == GRAPH)).sum())
     assert degree[graph.num_nodes - 1] == 0  # the virtual node has no edge of the input graph
     assert int(degree.sum()) == int((graph.edge_type == GRAPH).sum())
+
+
+def saved_for_backward(run) -> list[torch.Tensor]:
+    """The tensors autograd keeps for the backward pass of `run()`, one per storage (what it holds in memory)."""
+    saved: dict[int, torch.Tensor] = {}
+
+    def keep(tensor: torch.Tensor) -> torch.Tensor:
+        saved[tensor.untyped_storage().data_ptr()] = tensor
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+        run()
+    return list(saved.values())
+
+
+@pytest.mark.parametrize(("kind", "aggregation", "steps"),
+                         [("gcn", "mean", 1), ("gcn", "mean", 2), ("sage", "mean", 1), ("sage", "sum", 1)])
+def test_backward_state_holds_no_message_tensor(interaction_graph, kind, aggregation, steps):
+    """What the branch keeps for the backward pass is O(kept edges) indices and weights, never one
+    [kept edges, D] message tensor per layer and step: the APPNP branch's memory must not grow with K."""
+    graph = interaction_graph
+    degree = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"), GRAPH).graph_degree
+    (layer,) = keep_everything(graph).full()
+    h = torch.randn(graph.num_nodes, HIDDEN, requires_grad=True)
+
+    def kept_bytes(steps: int) -> tuple[int, int]:
+        torch.manual_seed(0)
+        branch = LocalMessagePassing(kind, HIDDEN, HEADS, aggregation, GRAPH, steps, 0.1 if steps > 1 else 0.0)
+        saved = saved_for_backward(lambda: branch(h, h, layer, degree))
+        return sum(t.untyped_storage().nbytes() for t in saved), max(t.numel() for t in saved)
+
+    num_edges = LocalMessagePassing(kind, HIDDEN, HEADS, aggregation, GRAPH).graph_edges(layer, graph.num_nodes)[0]
+    total, largest = kept_bytes(steps)
+    assert largest < num_edges.numel() * HIDDEN  # nothing the size of the messages
+    if steps > 1:  # ten steps keep what two keep: the same edges, weights and z_0
+        assert kept_bytes(10)[0] == total
+
+
+@pytest.mark.parametrize("gradient_scatter", ["index_put", "index_add"])
+@pytest.mark.parametrize("weighted", [True, False])
+def test_message_sum_equals_autograd_of_its_formula_bit_for_bit(gradient_scatter, weighted):
+    """`_sum_messages` against the plain formula it replaces, outputs and both gradients identical (on one
+    thread: an accumulating index_put_ sums in a thread-dependent order)."""
+    generator = torch.Generator().manual_seed(0)
+    source = torch.randint(0, 50, (400,), generator=generator)
+    target = torch.randint(0, 30, (400,), generator=generator).sort().values
+    weight = torch.rand(400, 1, generator=generator) if weighted else None
+    x = torch.randn(50, HIDDEN, generator=generator)
+    into = torch.randn(30, HIDDEN, generator=generator)
+    upstream = torch.randn(30, HIDDEN, generator=generator)
+
+    def run(formula):
+        x_leaf, into_leaf = x.clone().requires_grad_(), into.clone().requires_grad_()
+        out = formula(x_leaf, into_leaf)
+        out.backward(upstream)
+        return out.detach(), x_leaf.grad, into_leaf.grad
+
+    def plain(x_leaf, into_leaf):
+        gathered = x_leaf[source] if gradient_scatter == "index_put" else x_leaf.index_select(0, source)
+        messages = gathered * weight if weighted else gathered
+        return (into_leaf * 1).index_add_(0, target, messages)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        expected = run(plain)
+        got = run(lambda x_leaf, into_leaf: _sum_messages(x_leaf, source, target, weight, into_leaf,
+                                                          gradient_scatter))
+    finally:
+        torch.set_num_threads(threads)
+    for name, a, b in zip(("output", "x's gradient", "into's gradient"), got, expected):
+        assert torch.equal(a, b), name
