@@ -27,7 +27,14 @@ def _answers(api_url: str) -> bool:
 def _start_temporary_server() -> None:
     from prefect.server.api.server import SubprocessASGIServer
 
-    SubprocessASGIServer().start()  # the instance Prefect's client takes when no API URL is set
+    try:
+        SubprocessASGIServer().start()  # the instance Prefect's client takes when no API URL is set
+    except Exception as error:  # noqa: BLE001 - a head start only: raised here it would be a thread's traceback
+        # Prefect's client starts the same instance again when the flow needs it, and a failure then is the
+        # flow's own error, reported where the run is
+        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+        log.warning("Prefect's temporary server did not start in the background (%s); the flow starts it again",
+                    first_line)
 
 
 def configured_api_url() -> str | None:
