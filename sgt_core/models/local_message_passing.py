@@ -195,9 +195,10 @@ def _sum_messages(x: Tensor, source: Tensor, target: Tensor, weight: Tensor | No
     The same sum as `_sum_by_target(x[source] * weight, ...)`, for edge weights that take no gradient (the
     graph's normalisation). Autograd's index_add_ keeps its whole [E', D] message tensor for the backward
     pass, one per layer and per propagation step (ten steps took the train stage at 10^6 nodes past
-    20 GB); `_MessageSum` keeps only the indices and weights, which the gather and the product keep anyway. `gradient_scatter` names the op that scatters x's gradient: "index_put"
-    (accumulating) as autograd's backward of indexing, "index_add" as that of index_select. Each call site
-    keeps the one its results were recorded with, so outputs and gradients are the same to the last bit.
+    20 GB); `_MessageSum` keeps only the indices and weights, which the gather and the product keep anyway.
+    `gradient_scatter` names the op that scatters x's gradient: "index_put" (accumulating) as autograd's
+    backward of indexing, "index_add" as that of index_select. Each call site keeps the one its results
+    were recorded with, so outputs and gradients are the same to the last bit.
     """
     return _MessageSum.apply(x, into, source, target, weight, gradient_scatter)
 

@@ -221,17 +221,19 @@ def test_backward_state_holds_no_message_tensor(interaction_graph, kind, aggrega
     (layer,) = keep_everything(graph).full()
     h = torch.randn(graph.num_nodes, HIDDEN, requires_grad=True)
 
-    def kept_bytes(steps: int) -> tuple[int, int]:
+    def kept(num_steps: int) -> tuple[int, int]:
+        """(bytes, elements of the largest tensor) that autograd keeps for the branch with `num_steps` steps."""
         torch.manual_seed(0)
-        branch = LocalMessagePassing(kind, HIDDEN, HEADS, aggregation, GRAPH, steps, 0.1 if steps > 1 else 0.0)
+        teleport = 0.1 if num_steps > 1 else 0.0
+        branch = LocalMessagePassing(kind, HIDDEN, HEADS, aggregation, GRAPH, num_steps, teleport)
         saved = saved_for_backward(lambda: branch(h, h, layer, degree))
         return sum(t.untyped_storage().nbytes() for t in saved), max(t.numel() for t in saved)
 
-    num_edges = LocalMessagePassing(kind, HIDDEN, HEADS, aggregation, GRAPH).graph_edges(layer, graph.num_nodes)[0]
-    total, largest = kept_bytes(steps)
-    assert largest < num_edges.numel() * HIDDEN  # nothing the size of the messages
+    source, _, _ = LocalMessagePassing(kind, HIDDEN, HEADS, aggregation, GRAPH).graph_edges(layer, graph.num_nodes)
+    kept_bytes, largest = kept(steps)
+    assert largest < source.numel() * HIDDEN  # nothing the size of the messages
     if steps > 1:  # ten steps keep what two keep: the same edges, weights and z_0
-        assert kept_bytes(10)[0] == total
+        assert kept(10)[0] == kept_bytes
 
 
 @pytest.mark.parametrize("gradient_scatter", ["index_put", "index_add"])
