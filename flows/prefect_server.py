@@ -32,7 +32,7 @@ def _start_temporary_server() -> None:
     except Exception as error:  # noqa: BLE001 - a head start only: raised here it would be a thread's traceback
         # Prefect's client starts the same instance again when the flow needs it, and a failure then is the
         # flow's own error, reported where the run is
-        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+        first_line = (str(error).splitlines() or [type(error).__name__])[0]
         log.warning("Prefect's temporary server did not start in the background (%s); the flow starts it again",
                     first_line)
 

@@ -190,7 +190,7 @@ class _ConvParameters(nn.Module):
 
 def _sum_messages(x: Tensor, source: Tensor, target: Tensor, weight: Tensor | None, into: Tensor,
                   gradient_scatter: str) -> Tensor:
-    """into + the messages weight_e * x[source_e] summed into their targets' rows: x [K, D], into [Q, D] -> [Q, D].
+    """Adds the messages weight_e * x[source_e] into their targets' rows of `into` (in place) -> into [Q, D].
 
     The same sum as `_sum_by_target(x[source] * weight, ...)`, for edge weights that take no gradient (the
     graph's normalisation). Autograd's index_add_ keeps its whole [E', D] message tensor for the backward
@@ -218,7 +218,8 @@ class _MessageSum(torch.autograd.Function):
             messages = messages * weight
         ctx.save_for_backward(source, target, weight)
         ctx.num_rows, ctx.gradient_scatter = x.shape[0], gradient_scatter
-        return into.index_add(0, target, messages)
+        ctx.mark_dirty(into)  # summed in place, as before: no [Q, D] copy per layer and step
+        return into.index_add_(0, target, messages)
 
     @staticmethod
     def backward(ctx, grad: Tensor):

@@ -264,8 +264,8 @@ def test_message_sum_equals_autograd_of_its_formula_bit_for_bit(gradient_scatter
     torch.set_num_threads(1)
     try:
         expected = run(plain)
-        got = run(lambda x_leaf, into_leaf: _sum_messages(x_leaf, source, target, weight, into_leaf,
-                                                          gradient_scatter))
+        got = run(lambda x_leaf, into_leaf: _sum_messages(x_leaf, source, target, weight, into_leaf * 1,
+                                                          gradient_scatter))  # a leaf cannot be summed into
     finally:
         torch.set_num_threads(threads)
     for name, a, b in zip(("output", "x's gradient", "into's gradient"), got, expected):
