@@ -1,6 +1,6 @@
 """Chooses the top-level defaults: candidate settings ranked by validation metric on each shared dataset.
 
-    python -m benchmarks.defaults [--seeds 3] [--candidates attention_only gcn ...]
+    python -m benchmarks.defaults [--seeds N] [--candidates attention_only gcn ...]
 
 What `sgt run dataset=npz dataset.path=FILE` trains must suit a graph nobody tuned for. Each candidate is
 a set of overrides on the top-level defaults (conf/config.yaml, no preset), run on the four shared datasets;
@@ -93,7 +93,7 @@ def write_report(out: Path, rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per candidate and dataset (default: %(default)s)")
     parser.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=list(CANDIDATES))
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
     parser.add_argument("--out", default=str(REPO / "artifacts" / "bench"))
