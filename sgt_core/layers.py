@@ -11,7 +11,23 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["FullLayer", "SampledLayer"]
+__all__ = ["FullLayer", "PropagationRows", "SampledLayer"]
+
+
+@dataclass(frozen=True)
+class PropagationRows:
+    """The gcn branch's K propagation steps as one weighted hop: each query's largest operator entries (PPRGo).
+
+    Attributes:
+        neighbours: int64 [Q, k] rows of the layer input whose z_0 reaches the query, by decreasing weight.
+        weights: float32 [Q, k] their weights in the propagation operator (0 in padding slots).
+    """
+
+    neighbours: Tensor
+    weights: Tensor
+
+    def to(self, device) -> PropagationRows:
+        return PropagationRows(self.neighbours.to(device), self.weights.to(device))
 
 
 @dataclass(frozen=True)
@@ -26,6 +42,7 @@ class SampledLayer:
         neighbour_mask: bool [Q, deg] False for padding slots.
         neighbour_spd: int64 [Q, deg] SPD bucket of each sampled edge (0: none), or None when the graph
             has no SPD encoding.
+        propagation: the local branch's top-k propagation rows of the queries, or None without them.
     """
 
     queries: Tensor
@@ -33,6 +50,7 @@ class SampledLayer:
     neighbour_type: Tensor
     neighbour_mask: Tensor
     neighbour_spd: Tensor | None = None
+    propagation: PropagationRows | None = None
 
     def queries_are_input_rows(self, num_rows: int) -> bool:
         """Whether query q is input row q for each of the layer's `num_rows` input rows (a full-graph layer)."""
@@ -41,8 +59,9 @@ class SampledLayer:
 
     def to(self, device) -> SampledLayer:
         spd = self.neighbour_spd.to(device) if self.neighbour_spd is not None else None
+        propagation = self.propagation.to(device) if self.propagation is not None else None
         tensors = (self.queries, self.neighbours, self.neighbour_type, self.neighbour_mask)
-        return SampledLayer(*(t.to(device) for t in tensors), neighbour_spd=spd)
+        return SampledLayer(*(t.to(device) for t in tensors), neighbour_spd=spd, propagation=propagation)
 
 
 @dataclass(frozen=True)
@@ -54,9 +73,11 @@ class FullLayer:
         edge_type: int64 [E].
         in_degree: int64 [N] incoming edges per node.
         edge_spd: int64 [E] SPD bucket of each edge, or None.
+        propagation: the local branch's top-k propagation rows of every node, or None without them.
     """
 
     edge_index: Tensor
     edge_type: Tensor
     in_degree: Tensor
     edge_spd: Tensor | None = None
+    propagation: PropagationRows | None = None

@@ -206,7 +206,9 @@ def _composed_with(key: str, value) -> dict:
     ("model.local_steps", 0, "model.local_steps: must be an integer >= 1, found 0"),
     ("model.local_teleport", 1.0, "model.local_teleport: must be a number in [0, 1), found 1.0"),
     # the default branch is sage, which has no propagation steps
-    ("model.local_steps", 3, "model.local_steps: 3 steps, teleport 0.0: APPNP's propagation is the gcn branch's"),
+    ("model.local_steps", 3, "model.local_steps: 3 steps, teleport 0.0, top-k None: APPNP's propagation is the gcn"),
+    ("model.local_top_k", 32, "model.local_top_k: 1 steps, teleport 0.0, top-k 32: APPNP's propagation is the gcn"),
+    ("model.local_top_k", 0, "model.local_top_k: must be null or an integer >= 1, found 0"),
 ])
 def test_a_bad_value_in_a_group_is_one_error_naming_its_key(key, value, message):
     with pytest.raises(ConfigProblems) as error:
@@ -215,12 +217,14 @@ def test_a_bad_value_in_a_group_is_one_error_naming_its_key(key, value, message)
     assert len(error.value.problems) == 1, str(error.value)
 
 
-def test_propagation_steps_refuse_algorithm_2_batches():
+def test_propagation_steps_refuse_algorithm_2_batches_without_top_k_rows():
     cfg = _composed_with("model.local", "gcn")
     cfg["model"]["local_steps"], cfg["train"]["batch_size"] = 10, 256
     with pytest.raises(ConfigError, match=r"^model\.local_steps: 10 propagation steps need full-graph training"):
         validate_config(cfg)
     cfg["train"]["batch_size"] = None
+    validate_config(cfg)
+    cfg["train"]["batch_size"], cfg["model"]["local_top_k"] = 256, 32  # PPRGo's rows: one hop per layer again
     validate_config(cfg)
 
 

@@ -5,11 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sgt_core.config.network import NetworkConfig
-from sgt_core.config.section import BOOLEAN, PROBABILITY_BELOW_ONE, Problem, checked, integer, list_of, one_of
+from sgt_core.config.section import (
+    BOOLEAN,
+    PROBABILITY_BELOW_ONE,
+    Problem,
+    checked,
+    integer,
+    list_of,
+    null_or,
+    one_of,
+)
 
-# The gcn branch's APPNP keys at one plain hop, the only values another branch accepts (flows/tune.py
-# sets them when a trial draws another branch).
-GCN_ONE_HOP = {"local_steps": 1, "local_teleport": 0.0}
+# The gcn branch's APPNP keys at one plain hop over the kept edges, the only values another branch accepts
+# (flows/tune.py sets them when a trial draws another branch).
+GCN_ONE_HOP = {"local_steps": 1, "local_teleport": 0.0, "local_top_k": None}
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,7 @@ class ModelConfig(NetworkConfig):
     local_aggregation: str = checked(one_of("mean", "sum"))
     local_steps: int = checked(integer(1))
     local_teleport: float = checked(PROBABILITY_BELOW_ONE)
+    local_top_k: int | None = checked(null_or(integer(1)))
     degree_signal: bool = checked(BOOLEAN)
     feed_forward: bool = checked(BOOLEAN)
     lpe_dim: int
@@ -46,10 +56,12 @@ class ModelConfig(NetworkConfig):
         if len(self.degrees) != self.num_layers:
             problems.append(("model.degrees", (f"has {len(self.degrees)} entries but model.num_layers is "
                                                f"{self.num_layers}; give one degree per layer")))
-        if self.local != "gcn" and any(getattr(self, key) != value for key, value in GCN_ONE_HOP.items()):
-            problems.append(("model.local_steps", (f"{self.local_steps} steps, teleport {self.local_teleport}: "
-                                                   f"APPNP's propagation is the gcn branch's, but model.local is "
-                                                   f"{self.local}; set 1 and 0.0, or local: gcn")))
+        offending = [key for key, value in GCN_ONE_HOP.items() if getattr(self, key) != value]
+        if self.local != "gcn" and offending:
+            problems.append((f"model.{offending[0]}", (
+                f"{self.local_steps} steps, teleport {self.local_teleport}, top-k {self.local_top_k}: APPNP's "
+                f"propagation is the gcn branch's, but model.local is {self.local}; set 1, 0.0 and null, or "
+                "local: gcn")))
         if self.hidden % self.heads:
             problems.append(("model.hidden", f"{self.hidden} is not divisible by model.heads={self.heads}"))
         return problems

@@ -38,7 +38,12 @@ class LocalMessagePassing(nn.Module):
       z_0 = W x over the layer's kept graph edges: :math:`z_{k+1} = (1 - \alpha) \hat A z_k + \alpha z_0`,
       output :math:`z_K + b` (`APPNP(K, alpha)` after `GCNConv`'s linear map); K = 1 with alpha = 0 is
       the one GCN hop above. Hops after the first need every input row as a query, so K > 1 runs in
-      full-graph layers only (Algorithm 2's batches sample one hop per layer).
+      full-graph layers only (Algorithm 2's batches sample one hop per layer), unless `top_k` is set.
+      With `top_k` k the K steps are one hop over the layer's `PropagationRows` (PPRGo, Bojchevski et
+      al., 2020): each query's k largest entries of the K-step operator over the whole graph
+      (`sgt_core.sampling.propagation.appnp_top_k`), :math:`\sum_j P_{ij} W x_j + b`, the same in
+      full-graph layers and in a batch's, whose inputs hold each query's k rows. With k at least every
+      row's support it is the K steps over all the graph's edges exactly; sampling does not touch it.
     - sage: :math:`W_1 x_i + W_2\, \mathrm{agg}_{j \in N(i)} x_j`, agg `mean` or `sum` (`SAGEConv`); a sum
       counts neighbours, which a mean and attention's softmax cannot.
     - gatv2: `GATv2Conv` with `heads` heads concatenated, over N(i) and i itself.
@@ -51,6 +56,8 @@ class LocalMessagePassing(nn.Module):
         graph_edge_type: the edge type code of the input graph's own edges.
         steps: gcn's propagation steps K (1: one hop).
         teleport: gcn's teleport probability alpha back to z_0 at each step (0: none).
+        top_k: gcn's propagation through the layer's top-k `PropagationRows` of that width (None: the steps
+            run over the layer's kept graph edges).
 
     Shapes:
         h [K, D] layer input, query_h [Q, D] its query rows, graph_degree [K] real graph in-degree of each
@@ -58,7 +65,7 @@ class LocalMessagePassing(nn.Module):
     """
 
     def __init__(self, kind: str, hidden: int, heads: int, aggregation: str = "mean",
-                 graph_edge_type: int = 0, steps: int = 1, teleport: float = 0.0) -> None:
+                 graph_edge_type: int = 0, steps: int = 1, teleport: float = 0.0, top_k: int | None = None) -> None:
         super().__init__()
         if kind not in LOCAL_KINDS[1:]:
             raise ValueError(f"local branch kind must be one of {', '.join(LOCAL_KINDS[1:])}, got {kind!r}")
@@ -70,7 +77,9 @@ class LocalMessagePassing(nn.Module):
             raise ValueError(f"propagation steps and teleport apply to the gcn branch only, not {kind!r}")
         if steps < 1 or not 0.0 <= teleport < 1.0:
             raise ValueError(f"need steps >= 1 and 0 <= teleport < 1, got steps={steps}, teleport={teleport}")
-        self.steps, self.teleport = steps, teleport
+        if top_k is not None and (kind != "gcn" or top_k < 1):
+            raise ValueError(f"top-k propagation rows are the gcn branch's, with top_k >= 1; got {kind!r}, {top_k}")
+        self.steps, self.teleport, self.top_k = steps, teleport, top_k
         self.kind, self.aggregation, self.graph_edge_type = kind, aggregation, graph_edge_type
         self.heads = heads if kind == "gatv2" else 1
         self.conv = _ConvParameters(kind, hidden, self.heads)
@@ -79,6 +88,8 @@ class LocalMessagePassing(nn.Module):
         self.conv.reset_parameters()
 
     def forward(self, h: Tensor, query_h: Tensor, layer: SampledLayer | FullLayer, graph_degree: Tensor) -> Tensor:
+        if self.top_k is not None:
+            return self._propagate_top_k(h, query_h.shape[0], layer)
         source, target, kept = self.graph_edges(layer, query_h.shape[0])  # [E'], [E'], [Q]
         query_rows = torch.arange(h.shape[0], device=h.device) if isinstance(layer, FullLayer) else layer.queries
         real = graph_degree.index_select(0, query_rows).to(h.dtype)  # [Q] n_i
@@ -117,6 +128,19 @@ class LocalMessagePassing(nn.Module):
         scale = 1 / kept.clamp_min(1).to(h.dtype) if self.aggregation == "mean" else correction  # [Q]
         return self.conv.lin_l(summed * scale.unsqueeze(1)) + self.conv.lin_r(query_h)
 
+    def _propagate_top_k(self, h: Tensor, num_queries: int, layer: SampledLayer | FullLayer) -> Tensor:
+        """The K steps as one hop over the layer's top-k rows: sum_j P_ij W h_j + b -> [Q, D]."""
+        rows = layer.propagation
+        if rows is None or rows.neighbours.shape != (num_queries, self.top_k):
+            found = None if rows is None else tuple(rows.neighbours.shape)
+            raise ValueError(f"the gcn branch's top-{self.top_k} propagation needs the layer's propagation rows "
+                             f"[{num_queries}, {self.top_k}] (LayerSampler's `propagation`), found {found}")
+        projected = self.conv.lin(h)  # [K, D] z_0
+        target = torch.arange(num_queries, device=h.device).repeat_interleave(self.top_k)  # [Q * k]
+        weight = rows.weights.reshape(-1, 1).to(h.dtype)  # [Q * k, 1]
+        return _sum_messages(projected, rows.neighbours.reshape(-1), target, weight,
+                             projected.new_zeros((num_queries, projected.shape[1]))) + self.conv.bias
+
     def _gatv2(self, h: Tensor, query_h: Tensor, source: Tensor, target: Tensor) -> Tensor:
         """GATv2Conv (concatenated heads, LeakyReLU slope 0.2, no edge features) from input rows to queries."""
         heads, num_queries = self.heads, query_h.shape[0]
@@ -147,6 +171,7 @@ class LocalMessagePassing(nn.Module):
 
     def extra_repr(self) -> str:
         propagation = f", steps={self.steps}, teleport={self.teleport}" if self.kind == "gcn" else ""
+        propagation += f", top_k={self.top_k}" if self.top_k is not None else ""
         return f"kind={self.kind}" + (f", aggregation={self.aggregation}" if self.kind == "sage" else "") + propagation
 
 

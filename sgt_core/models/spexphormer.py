@@ -107,6 +107,8 @@ class Spexphormer(nn.Module):
         local_aggregation: the sage branch's aggregation, mean or sum.
         local_steps, local_teleport: the gcn branch's APPNP propagation, K steps with teleport alpha
             (`LocalMessagePassing`'s `steps`, `teleport`); 1 and 0 give one GCN hop.
+        local_top_k: the gcn branch's propagation through the layers' top-k rows of that width
+            (`LocalMessagePassing`'s `top_k`; the layers must carry them); None: over the kept graph edges.
         degree_signal: adds W log(1 + n_v) to every node's input encoding, n_v its real graph degree: a
             softmax average over neighbours cannot tell how many there are, this can.
         graph_edge_type: the edge type code of the input graph's own edges (the local branch's).
@@ -122,7 +124,7 @@ class Spexphormer(nn.Module):
     def __init__(self, num_classes: int, hidden: int, num_layers: int, heads: int, num_edge_types: int,
                  dropout: float = 0.0, deepnorm: bool = False, num_spd_buckets: int = 0, local: str = "none",
                  local_aggregation: str = "mean", local_steps: int = 1, local_teleport: float = 0.0,
-                 degree_signal: bool = False, graph_edge_type: int = 0,
+                 local_top_k: int | None = None, degree_signal: bool = False, graph_edge_type: int = 0,
                  input_dropout: float = 0.0, feed_forward: bool = True, **encoder: int) -> None:
         super().__init__()
         self.input_dropout = Dropout(input_dropout)
@@ -132,7 +134,8 @@ class Spexphormer(nn.Module):
             SpexphormerLayer(
                 SampledAttention(hidden, heads, num_edge_types, num_spd_buckets), dropout, deepnorm, num_layers,
                 None if local == "none" else LocalMessagePassing(local, hidden, heads, local_aggregation,
-                                                                 graph_edge_type, local_steps, local_teleport),
+                                                                 graph_edge_type, local_steps, local_teleport,
+                                                                 local_top_k),
                 feed_forward,
             )
             for _ in range(num_layers)

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from sgt_core.kernels import cpu_kernels, draw_seed, usable
-from sgt_core.layers import FullLayer, SampledLayer
+from sgt_core.layers import FullLayer, PropagationRows, SampledLayer
 
 SAMPLERS = ("reservoir", "uniform", "topk")  # their codes in the compiled kernel are their positions here
 # "full" skips sampling: every layer attends over the whole interaction graph (Exphormer-style baseline)
@@ -114,12 +114,16 @@ class LayerSampler:
         method: "reservoir", "uniform", "topk" or "full".
         generator: torch generator on the same device.
         edge_spd: int64 [E] SPD buckets carried into the sampled layers (None: no SPD encoding).
+        propagation: every node's top-k propagation rows [N, k] (`appnp_top_k`), carried into every layer for
+            the local branch, or None. Not sampled: a batch's layers add each query's k rows to their input.
     """
 
     def __init__(
-        self, edge_index, edge_type, ptr, layer_scores, degrees, method, generator, edge_spd=None
+        self, edge_index, edge_type, ptr, layer_scores, degrees, method, generator, edge_spd=None,
+        propagation: PropagationRows | None = None,
     ) -> None:
         self.edge_index, self.edge_type, self.ptr, self.edge_spd = edge_index, edge_type, ptr, edge_spd
+        self.propagation = propagation
         self.layer_scores, self.degrees, self.method, self.generator = layer_scores, list(degrees), method, generator
         self._full_layer: FullLayer | None = None
 
@@ -142,13 +146,14 @@ class LayerSampler:
         if self.method == "full":
             if self._full_layer is None:  # int64 edges, as the full-graph attention takes them: built once
                 spd = self.edge_spd.long() if self.edge_spd is not None else None
-                self._full_layer = FullLayer(self.edge_index.long(), self.edge_type.long(), self.ptr.diff(), spd)
+                self._full_layer = FullLayer(self.edge_index.long(), self.edge_type.long(), self.ptr.diff(), spd,
+                                             self.propagation)
             return [self._full_layer] * len(self.degrees)
         all_nodes = torch.arange(self.ptr.numel() - 1, device=self.edge_index.device)
         layers: list[SampledLayer | FullLayer] = []
         for scores, degree in zip(self.layer_scores, self.degrees):
             neighbours, types, spd, mask = self.layer(scores, degree)
-            layers.append(SampledLayer(all_nodes, neighbours, types, mask, spd))
+            layers.append(SampledLayer(all_nodes, neighbours, types, mask, spd, self.propagation))
         return layers
 
     def batch(self, targets: Tensor) -> tuple[Tensor, list[SampledLayer]]:
@@ -156,8 +161,9 @@ class LayerSampler:
 
         Working backwards from the last layer: the queries of layer l are the nodes layer l+1 needs
         (the targets for l = L); each samples deg_l neighbours, and the layer's input node set is the union
-        of queries and sampled neighbours. Only those nodes are computed, so a batch costs at most
-        |B| * prod(deg_l + 1) node updates however large the graph is.
+        of queries and sampled neighbours (and, with `propagation`, each query's k propagation rows). Only
+        those nodes are computed, so a batch costs at most |B| * prod(deg_l + k + 1) node updates however
+        large the graph is.
 
         Returns:
             input_nodes: int64 [N_1] global ids of the first layer's input rows (sorted).
@@ -171,14 +177,18 @@ class LayerSampler:
             neighbours, types, spd, mask = self.layer(self.layer_scores[layer], self.degrees[layer], nodes=needed)
             # Masked slots point at the query itself, so every id below is in the layer's node set.
             neighbours = torch.where(mask, neighbours, needed.unsqueeze(1))  # [Q, deg]
+            reached = self.propagation.neighbours[needed] if self.propagation is not None else None  # [Q, k]
             # V^(l) = Q^(l) ∪ K^(l); torch.unique sorts, so searchsorted maps global ids to local rows.
-            inputs = torch.unique(torch.cat([needed, neighbours.flatten()]))  # [N_l]
+            inputs = torch.unique(torch.cat([needed, neighbours.flatten(),
+                                             *(() if reached is None else (reached.flatten(),))]))  # [N_l]
             layers.append(SampledLayer(
                 queries=torch.searchsorted(inputs, needed),  # [Q]
                 neighbours=torch.searchsorted(inputs, neighbours),  # [Q, deg]
                 neighbour_type=types,
                 neighbour_mask=mask,
                 neighbour_spd=spd,
+                propagation=None if reached is None else PropagationRows(
+                    torch.searchsorted(inputs, reached), self.propagation.weights[needed]),  # [Q, k] each
             ))
             needed = inputs
         layers.reverse()

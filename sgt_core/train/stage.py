@@ -32,6 +32,7 @@ from sgt_core.preprocess.outputs import INTERACTION_GRAPH_FILE
 from sgt_core.progress import Progress
 from sgt_core.sampling import LayerSampler
 from sgt_core.sampling.degrees import sampled_degree_histograms
+from sgt_core.sampling.propagation import appnp_top_k
 from sgt_core.seeding import seed_everything
 from sgt_core.train.device import resolve_device
 from sgt_core.train.distributed import Ranks, launch, world_size
@@ -75,9 +76,17 @@ class WideNetworkTraining:
                                        GRAPH_EDGE_TYPE if reads_degrees else None).to(device)
         edge_spd = graph.edge_spd.to(device) if graph.num_spd_buckets else None
         generator = torch.Generator(device=device).manual_seed(cfg["seed"])
+        propagation = None
+        if network.local_top_k is not None:  # the gcn branch's K steps as top-k rows, for every layer
+            started = time.perf_counter()
+            is_graph = graph.edge_type == GRAPH_EDGE_TYPE
+            propagation = appnp_top_k(graph.edge_index[0][is_graph], graph.edge_index[1][is_graph], graph.num_nodes,
+                                      network.local_steps, network.local_teleport, network.local_top_k).to(device)
+            log.info("top-%d propagation rows of %d nodes in %.1f s", network.local_top_k, graph.num_nodes,
+                     time.perf_counter() - started)
         sampler = LayerSampler(graph.edge_index.to(device), graph.edge_type.to(device), graph.ptr.to(device),
                                layer_scores.to(device), degrees=network.degrees, method=sampling.method,
-                               generator=generator, edge_spd=edge_spd)
+                               generator=generator, edge_spd=edge_spd, propagation=propagation)
         # The graph's sizes (features, classes, edge types, node kinds, SPD, LPE and tokens) and the group's.
         model = Spexphormer(**graph.model_input_sizes(), graph_edge_type=GRAPH_EDGE_TYPE,
                             **network.network_arguments()).to(device)

@@ -162,3 +162,25 @@ def test_sample_neighbours_refuses_wrong_nodes_and_offsets():
         ops.sample_neighbours(ptr.int(), scores, None, 2, 0, 7)
     edges = ops.sample_neighbours(ptr, scores, torch.tensor([2, 0]), 2, 0, 7)
     assert edges.tolist()[0] == [-1, -1] and sorted(edges.tolist()[1]) == [0, 1]
+
+
+def test_propagation_step_refuses_wrong_layouts_and_columns():
+    ops = cpu_kernels()
+    # Â of a path 0 - 1 - 2 as CSR, and the identity in the operator's fixed-width layout
+    step = (torch.tensor([0, 2, 5, 7]), torch.tensor([0, 1, 0, 1, 2, 1, 2], dtype=torch.int32), torch.rand(7))
+    counts, columns, values = torch.ones(3, dtype=torch.long), torch.arange(3, dtype=torch.int32)[:, None], torch.ones(3, 1)
+    with pytest.raises(ValueError, match="step_cols must be torch.int32, found torch.int64"):
+        ops.propagation_step(step[0], step[1].long(), step[2], counts, columns, values, 0.1, 2)
+    with pytest.raises(ValueError, match=r"op_cols must be \[3, W\]"):
+        ops.propagation_step(*step, counts, columns[:2], values, 0.1, 2)
+    with pytest.raises(IndexError, match=r"op_counts\[0\] = 2 is outside \[0, 2\)"):  # more entries than slots
+        ops.propagation_step(*step, torch.tensor([2, 1, 1]), columns, values, 0.1, 2)
+    with pytest.raises(IndexError, match="op_cols holds 7 in row 1, outside"):
+        ops.propagation_step(*step, counts, torch.tensor([[0], [7], [2]], dtype=torch.int32), values, 0.1, 2)
+    with pytest.raises(ValueError, match="keep must be >= 1"):
+        ops.propagation_step(*step, counts, columns, values, 0.1, 0)
+    # a padding slot may hold anything: only each row's first counts[j] slots are read
+    padded = torch.tensor([[0, -5], [1, 99], [2, 3]], dtype=torch.int32)
+    got = ops.propagation_step(*step, counts, padded, torch.ones(3, 2), 0.1, 3)
+    expected = ops.propagation_step(*step, counts, columns, values, 0.1, 3)
+    assert all(torch.equal(a, b) for a, b in zip(got, expected))

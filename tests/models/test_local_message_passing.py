@@ -7,12 +7,13 @@ import torch
 from torch_geometric.nn import APPNP, GATv2Conv, GCNConv, SAGEConv
 
 from sgt_core.config.preprocess import ExpanderConfig
-from sgt_core.layers import SampledLayer
+from sgt_core.layers import PropagationRows, SampledLayer
 from sgt_core.models import NodeExtras, Spexphormer
 from sgt_core.models.local_message_passing import LocalMessagePassing, _sum_messages
 from sgt_core.preprocess.builder import build_interaction_graph
 from sgt_core.preprocess.interaction_graph import EDGE_TYPES, NODE_KINDS
 from sgt_core.sampling import LayerSampler
+from sgt_core.sampling.propagation import appnp_top_k
 from tests.preprocess.test_interaction_graph import path_graph
 from tests.threads import torch_threads
 
@@ -48,12 +49,19 @@ def pyg_reference(kind: str, aggregation: str) -> torch.nn.Module:
 
 
 def keep_everything(graph, num_layers: int = 1, device: torch.device | str = "cpu",
-                    method: str = "reservoir") -> LayerSampler:
+                    method: str = "reservoir", propagation: PropagationRows | None = None) -> LayerSampler:
     """Every neighbour in every layer, so the layout is the same whatever the (device's) random draws."""
     largest = int(graph.ptr.diff().max())
     scores = torch.rand(num_layers, graph.num_edges, generator=torch.Generator().manual_seed(1))
     return LayerSampler(graph.edge_index.to(device), graph.edge_type.to(device), graph.ptr.to(device),
-                        scores.to(device), [largest] * num_layers, method, torch.Generator(device).manual_seed(0))
+                        scores.to(device), [largest] * num_layers, method, torch.Generator(device).manual_seed(0),
+                        propagation=None if propagation is None else propagation.to(device))
+
+
+def top_k_rows(graph, steps: int, teleport: float, top_k: int) -> PropagationRows:
+    """The graph edges' top-k APPNP rows, as the train stage computes them."""
+    graph_edges = graph.edge_index[:, graph.edge_type == GRAPH]
+    return appnp_top_k(graph_edges[0], graph_edges[1], graph.num_nodes, steps, teleport, top_k)
 
 
 @pytest.mark.parametrize(("kind", "aggregation"), BRANCHES)
@@ -112,6 +120,46 @@ def test_gcn_propagation_refuses_a_batch_and_other_branches(interaction_graph):
         branch(h[input_nodes], h[input_nodes][layer.queries], layer, degree[input_nodes])
     with pytest.raises(ValueError, match="gcn branch only"):
         LocalMessagePassing("sage", HIDDEN, HEADS, steps=3)
+
+
+def test_top_k_propagation_with_whole_rows_equals_the_k_steps(interaction_graph):
+    """k at least every row's support: one hop over the rows is APPNP's K steps over all the graph's edges,
+    in full-graph layers (dense and sparse) and for a batch's queries; sampling does not change it."""
+    graph = interaction_graph
+    torch.manual_seed(0)
+    steps_branch = LocalMessagePassing("gcn", HIDDEN, HEADS, graph_edge_type=GRAPH, steps=6, teleport=0.15)
+    torch.nn.init.normal_(steps_branch.conv.bias)
+    rows_branch = LocalMessagePassing("gcn", HIDDEN, HEADS, graph_edge_type=GRAPH, steps=6, teleport=0.15,
+                                      top_k=graph.num_nodes)
+    rows_branch.load_state_dict(steps_branch.state_dict())
+    degree = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"), GRAPH).graph_degree
+    h = torch.randn(graph.num_nodes, HIDDEN)
+    rows = top_k_rows(graph, 6, 0.15, graph.num_nodes)
+    sampler = keep_everything(graph, method="full", propagation=rows)
+    (full,) = sampler.full()
+    expected = steps_branch(h, h, full, degree)  # [N, D]
+    assert torch.allclose(rows_branch(h, h, full, degree), expected, atol=1e-5)
+    sampler.method = "uniform"
+    sampler.degrees = [2]  # most graph neighbours dropped: the rows do not depend on the draw
+    (dense,) = sampler.full()
+    assert torch.allclose(rows_branch(h, h, dense, degree), expected, atol=1e-5)
+    targets = torch.tensor([0, 5, 17, 59, graph.num_nodes - 1])
+    input_nodes, (layer,) = sampler.batch(targets)
+    batched = rows_branch(h[input_nodes], h[input_nodes][layer.queries], layer, degree[input_nodes])
+    assert torch.allclose(batched, expected[targets], atol=1e-5)
+
+
+def test_top_k_propagation_refuses_a_layer_without_its_rows(interaction_graph):
+    graph = interaction_graph
+    branch = LocalMessagePassing("gcn", HIDDEN, HEADS, graph_edge_type=GRAPH, steps=3, teleport=0.1, top_k=4)
+    degree = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"), GRAPH).graph_degree
+    h = torch.randn(graph.num_nodes, HIDDEN)
+    for rows, found in [(None, "found None"), (top_k_rows(graph, 3, 0.1, 6), r"found \(\d+, 6\)")]:
+        (layer,) = keep_everything(graph, propagation=rows).full()
+        with pytest.raises(ValueError, match=rf"top-4 propagation needs the layer's propagation rows .*{found}"):
+            branch(h, h, layer, degree)
+    with pytest.raises(ValueError, match="gcn branch's"):
+        LocalMessagePassing("sage", HIDDEN, HEADS, top_k=4)
 
 
 def test_sampled_sums_are_unbiased_given_a_kept_neighbour(interaction_graph):
@@ -179,6 +227,40 @@ def test_batched_forward_equals_full_graph_with_every_neighbour_kept(kind, aggre
                 single = model(graph.x[input_nodes], graph.node_kind[input_nodes], layers,
                                extras.select(input_nodes))
                 assert torch.allclose(single[0], full[node], atol=1e-5, rtol=1e-5), node
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_batched_forward_equals_full_graph_with_top_k_rows(mode):
+    """With the rows cut to k = 3 (not P), Algorithm 2's batches, whose inputs add each query's rows, give
+    the full-graph forward exactly: the K steps train in batches."""
+    graph = build_interaction_graph(random_graph(40, 80, seed=2), self_loops=True, virtual_nodes=1, seed=0,
+                                    expander=ExpanderConfig(degree=4, ramanujan_slack=1.0, max_tries=50))
+    torch.manual_seed(0)
+    rows = top_k_rows(graph, 10, 0.1, 3)
+    assert (rows.weights[:graph.num_real_nodes] > 0).all()  # every real node's three slots are in use
+    sampler = keep_everything(graph, num_layers=3, propagation=rows)
+    model = Spexphormer(in_features=graph.x.shape[1], num_classes=2, hidden=HIDDEN, num_layers=3, heads=HEADS,
+                        num_edge_types=len(EDGE_TYPES), num_node_kinds=len(NODE_KINDS), dropout=0.0, local="gcn",
+                        local_steps=10, local_teleport=0.1, local_top_k=3, graph_edge_type=GRAPH)
+    extras = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"), GRAPH)
+    model.train()
+    for _ in range(3):
+        model(graph.x, graph.node_kind, sampler.full(), extras)
+    model.train(mode == "train")
+    with torch.no_grad():
+        full = model(graph.x, graph.node_kind, sampler.full(), extras)
+        for targets in [torch.arange(graph.num_nodes), *(torch.tensor([node]) for node in [0, 13, 39, 40])]:
+            if mode == "train" and targets.numel() == 1:
+                continue  # batch norm in training mode needs more than one row
+            input_nodes, layers = sampler.batch(targets)
+            batched = model(graph.x[input_nodes], graph.node_kind[input_nodes], layers, extras.select(input_nodes))
+            assert torch.allclose(batched, full[targets], atol=1e-5, rtol=1e-5)
+    # one sampled neighbour per layer: a batch's inputs still hold every node of its targets' rows
+    sampler.method, sampler.degrees = "uniform", [1, 1, 1]
+    targets = torch.tensor([3, 21])
+    input_nodes, layers = sampler.batch(targets)
+    assert torch.isin(rows.neighbours[targets], input_nodes).all()
+    assert torch.equal(input_nodes[layers[0].propagation.neighbours], rows.neighbours[input_nodes[layers[0].queries]])
 
 
 def test_local_branch_without_graph_degrees_is_refused(interaction_graph):

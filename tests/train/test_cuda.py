@@ -22,7 +22,7 @@ from sgt_core.sampling import sample_neighbours
 from sgt_core.seeding import seed_everything
 from sgt_core.train.outputs import HISTORY_FILE, MODEL_FILE
 from sgt_core.train.stage import _read_inputs, run_train
-from tests.models.test_local_message_passing import BRANCHES, keep_everything, random_graph
+from tests.models.test_local_message_passing import BRANCHES, keep_everything, random_graph, top_k_rows
 from tests.sampling.test_reservoir import csr
 from tests.stage_runner import run_stages
 from tests.train.test_distributed import _build_in_float64
@@ -67,11 +67,11 @@ def interaction_graph():
                                    expander=ExpanderConfig(degree=4, ramanujan_slack=1.0, max_tries=50))
 
 
-def network(graph, kind: str, aggregation: str) -> Spexphormer:
+def network(graph, kind: str, aggregation: str, **propagation) -> Spexphormer:
     torch.manual_seed(0)
     return Spexphormer(in_features=graph.x.shape[1], num_classes=3, hidden=HIDDEN, num_layers=LAYERS, heads=HEADS,
                        num_edge_types=len(EDGE_TYPES), num_node_kinds=len(NODE_KINDS), dropout=0.0, local=kind,
-                       local_aggregation=aggregation, degree_signal=True, graph_edge_type=GRAPH)
+                       local_aggregation=aggregation, degree_signal=True, graph_edge_type=GRAPH, **propagation)
 
 
 @pytest.mark.parametrize("method", ["reservoir", "full"])  # the dense sampled layout, and the sparse FullLayer
@@ -107,11 +107,14 @@ def test_the_wide_network_on_cuda_computes_what_it_computes_on_cpu(interaction_g
                 torch.testing.assert_close(cuda_weight.grad.cpu(), cpu_weight.grad, rtol=1e-3, atol=1e-5, msg=name)
 
 
-def test_batched_forward_on_cuda_equals_full_graph_with_every_neighbour_kept(interaction_graph):
+@pytest.mark.parametrize("top_k", [None, 3])  # one GCN hop; ten APPNP steps through their top-3 rows
+def test_batched_forward_on_cuda_equals_full_graph_with_every_neighbour_kept(interaction_graph, top_k):
     graph = interaction_graph
     extras = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"), GRAPH).to(CUDA)
-    model = network(graph, "gcn", "mean").to(CUDA)
-    sampler = keep_everything(graph, LAYERS, CUDA)
+    steps = {} if top_k is None else {"local_steps": 10, "local_teleport": 0.1, "local_top_k": top_k}
+    model = network(graph, "gcn", "mean", **steps).to(CUDA)
+    rows = None if top_k is None else top_k_rows(graph, 10, 0.1, top_k)
+    sampler = keep_everything(graph, LAYERS, CUDA, propagation=rows)
     x, node_kind = graph.x.to(CUDA), graph.node_kind.to(CUDA)
     model.train()
     with torch.no_grad():
