@@ -65,6 +65,7 @@ def main(argv: list[str]) -> None:
         paths = (["compiled"] if compiled is not None else []) + (["scipy"] if args.scipy or compiled is None else [])
         results = {}
         for path in paths:
+            # the path is chosen by what the module's `cpu_kernels` answers (the tests monkeypatch it alike)
             propagation.cpu_kernels = (lambda: compiled) if path == "compiled" else (lambda: None)
             results[path], record = measure(edge_index, num_nodes, args, path)
             if len(results) == 2:

@@ -32,9 +32,9 @@ def appnp_top_k(source: Tensor, target: Tensor, num_nodes: int, steps: int, tele
     carry. Here the rows are computed by the recursion above, each intermediate row cut to its
     `WORKING_WIDTH * top_k` largest entries and the last to `top_k`: O(K (N + E) * WORKING_WIDTH * top_k)
     time and O(N * WORKING_WIDTH * top_k) memory. The compiled kernel `sgt::propagation_step` computes each
-    step row by row on torch's threads, ~5x faster than SciPy's sparse products, which run where it is not
-    built; both give the same float32 sums in the same order and cut ties alike, so the same rows bit for
-    bit. The weights are not renormalised: with `top_k` at least every row's support nothing is cut, and
+    step row by row on torch's threads; where it is not built SciPy's sparse products run, 15x slower at
+    10^5 nodes. Both give the same float32 sums in the same order and cut ties alike, so the same rows bit
+    for bit. The weights are not renormalised: with `top_k` at least every row's support nothing is cut, and
     the rows are P's exactly; otherwise a kept weight is at most P's entry (the cut drops paths' mass).
 
     Args:
