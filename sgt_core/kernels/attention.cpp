@@ -128,17 +128,25 @@ void expect_float(const Tensor& t, const char* op, const char* name) {
 // f(begin, end) over [0, count) in chunks of `chunk` handed out as threads free up, like OpenMP's
 // schedule(dynamic): nodes' degrees vary (hubs, virtual nodes), and at::parallel_for alone splits a range
 // into one static part per thread. The threads are at::parallel_for's, so torch's thread setting holds.
-template <typename F>
-void parallel_dynamic(int64_t count, int64_t chunk, const F& f) {
+// `parallel_dynamic_with` gives each worker a `make()` state, scratch that all its chunks reuse: f(state,
+// begin, end).
+template <typename Make, typename F>
+void parallel_dynamic_with(int64_t count, int64_t chunk, const Make& make, const F& f) {
   const int64_t chunks = (count + chunk - 1) / chunk;
   if (chunks == 0) return;
   std::atomic<int64_t> next{0};
   const int64_t workers = std::min<int64_t>(at::get_num_threads(), chunks);
   at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
+    auto state = make();
     for (int64_t c = next.fetch_add(1); c < chunks; c = next.fetch_add(1)) {
-      f(c * chunk, std::min(count, (c + 1) * chunk));
+      f(state, c * chunk, std::min(count, (c + 1) * chunk));
     }
   });
+}
+
+template <typename F>
+void parallel_dynamic(int64_t count, int64_t chunk, const F& f) {
+  parallel_dynamic_with(count, chunk, [] { return 0; }, [&](int, int64_t begin, int64_t end) { f(begin, end); });
 }
 
 // Sums `blocks` partial tables of `size` values into `total`, block by block in order.
@@ -768,47 +776,46 @@ std::tuple<Tensor, Tensor, Tensor> propagation_step(const Tensor& step_ptr_t, co
   int64_t* counts = counts_t.data_ptr<int64_t>();
   int32_t* columns = columns_t.data_ptr<int32_t>();
   float* values = values_t.data_ptr<float>();
-  const auto larger = [](const std::vector<float>& sums) {  // by value, ties to the lower column
-    return [&sums](int32_t x, int32_t y) { return sums[x] > sums[y] || (sums[x] == sums[y] && x < y); };
-  };
-  // parallel_dynamic's loop, with one [N] accumulator per worker rather than one per block of rows
-  constexpr int64_t block_rows = 256;
-  const int64_t blocks = (rows + block_rows - 1) / block_rows;
-  const int64_t workers = std::max<int64_t>(std::min<int64_t>(at::get_num_threads(), blocks), 1);
-  std::atomic<int64_t> next{0};
-  at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
-    std::vector<float> sums(n, 0.0f);
-    std::vector<uint8_t> seen(n, 0);
+  // one [N] accumulator per worker, with the columns it touched, reused by all of the worker's rows
+  struct Accumulator {
+    std::vector<float> sums;
+    std::vector<uint8_t> seen;
     std::vector<int32_t> touched;
-    const auto add = [&](int32_t column, float value) {
+    void add(int32_t column, float value) {
       if (!seen[column]) {
         seen[column] = 1;
         touched.push_back(column);
       }
       sums[column] += value;
+    }
+  };
+  const auto make = [n] { return Accumulator{std::vector<float>(n, 0.0f), std::vector<uint8_t>(n, 0), {}}; };
+  parallel_dynamic_with(rows, 256, make, [&](Accumulator& row_sums, int64_t begin, int64_t end) {
+    std::vector<int32_t>& touched = row_sums.touched;
+    const std::vector<float>& sums = row_sums.sums;
+    const auto larger = [&sums](int32_t x, int32_t y) {  // by value, ties to the lower column
+      return sums[x] > sums[y] || (sums[x] == sums[y] && x < y);
     };
-    for (int64_t block = next.fetch_add(1); block < blocks; block = next.fetch_add(1)) {
-      for (int64_t r = block * block_rows; r < std::min(rows, (block + 1) * block_rows); r++) {
-        touched.clear();
-        for (int64_t a = step_ptr[r]; a < step_ptr[r + 1]; a++) {
-          const int32_t j = step_cols[a];
-          const float weight = step_vals[a];
-          for (int64_t b = j * width; b < j * width + op_counts[j]; b++) add(op_cols[b], weight * op_vals[b]);
-        }
-        if (own_value != 0.0f) add(static_cast<int32_t>(r), own_value);
-        const int64_t count = std::min<int64_t>(keep, static_cast<int64_t>(touched.size()));
-        if (count < static_cast<int64_t>(touched.size())) {
-          std::nth_element(touched.begin(), touched.begin() + count, touched.end(), larger(sums));
-        }
-        counts[r] = count;
-        for (int64_t m = 0; m < keep; m++) {  // unused slots: the row itself at 0, never uninitialised memory
-          columns[r * keep + m] = m < count ? touched[m] : static_cast<int32_t>(r);
-          values[r * keep + m] = m < count ? sums[touched[m]] : 0.0f;
-        }
-        for (const int32_t column : touched) {
-          sums[column] = 0.0f;
-          seen[column] = 0;
-        }
+    for (int64_t r = begin; r < end; r++) {
+      touched.clear();
+      for (int64_t a = step_ptr[r]; a < step_ptr[r + 1]; a++) {
+        const int32_t j = step_cols[a];
+        const float weight = step_vals[a];
+        for (int64_t b = j * width; b < j * width + op_counts[j]; b++) row_sums.add(op_cols[b], weight * op_vals[b]);
+      }
+      if (own_value != 0.0f) row_sums.add(static_cast<int32_t>(r), own_value);
+      const int64_t count = std::min<int64_t>(keep, static_cast<int64_t>(touched.size()));
+      if (count < static_cast<int64_t>(touched.size())) {
+        std::nth_element(touched.begin(), touched.begin() + count, touched.end(), larger);
+      }
+      counts[r] = count;
+      for (int64_t m = 0; m < keep; m++) {  // unused slots: the row itself at 0, never uninitialised memory
+        columns[r * keep + m] = m < count ? touched[m] : static_cast<int32_t>(r);
+        values[r * keep + m] = m < count ? sums[touched[m]] : 0.0f;
+      }
+      for (const int32_t column : touched) {
+        row_sums.sums[column] = 0.0f;
+        row_sums.seen[column] = 0;
       }
     }
   });

@@ -9,6 +9,7 @@ from torch import Tensor
 
 from sgt_core.kernels import cpu_kernels
 from sgt_core.layers import PropagationRows
+from sgt_core.sampling.buckets import padded_buckets
 
 # Entries each intermediate step keeps per row, as a multiple of top_k. A row of the exact K-step operator
 # holds the node's whole K-hop neighbourhood, which on a large graph is most of it; PPRGo (Bojchevski et
@@ -49,6 +50,8 @@ def appnp_top_k(source: Tensor, target: Tensor, num_nodes: int, steps: int, tele
     """
     if steps < 1 or not 0.0 <= teleport < 1.0 or top_k < 1:
         raise ValueError(f"need steps >= 1, 0 <= teleport < 1 and top_k >= 1, got {steps}, {teleport}, {top_k}")
+    if num_nodes == 0:
+        return PropagationRows(torch.empty(0, top_k, dtype=torch.long), torch.empty(0, top_k))
     source = source.cpu().numpy().astype(np.int64, copy=False)
     target = target.cpu().numpy().astype(np.int64, copy=False)
     degree = np.bincount(target, minlength=num_nodes).astype(np.float64) + 1.0  # [N] d + 1: with the self-loop
@@ -58,12 +61,12 @@ def appnp_top_k(source: Tensor, target: Tensor, num_nodes: int, steps: int, tele
     columns = np.concatenate([source, np.arange(num_nodes)])
     weights = ((1.0 - teleport) * root[rows] * root[columns]).astype(np.float32)
     step_matrix = sp.csr_matrix((weights, (rows, columns)), shape=(num_nodes, num_nodes))  # repeats summed
-    operator = sp.identity(num_nodes, dtype=np.float32, format="csr")
     width = WORKING_WIDTH * top_k
     kernels = cpu_kernels()
-    if kernels is not None and num_nodes > 0:
+    if kernels is not None:
         return _by_decreasing_weight(*_steps_compiled(kernels, step_matrix, steps, teleport, width, top_k))
-    for step in range(steps if num_nodes > 0 else 0):
+    operator = sp.identity(num_nodes, dtype=np.float32, format="csr")  # M_0 = I
+    for step in range(steps):
         operator = _next_step(step_matrix, operator, teleport, top_k if step == steps - 1 else width)
     return _by_decreasing_weight(*_fixed_width(operator, top_k))
 
@@ -129,25 +132,20 @@ def _plus_on_diagonal(product: sp.csr_matrix, first_row: int, value: float) -> s
 def _largest_per_row(matrix: sp.csr_matrix, keep: int) -> sp.csr_matrix:
     """The matrix with each row cut to its `keep` largest entries (ties: lower column); rows keep their order.
 
-    Rows are grouped by their count into power-of-two buckets, each padded to its width and sorted at once
-    (as `sample_neighbours` groups its candidates): no Python loop over rows, and a row's result depends
-    on its own entries only, so it is the same whatever the chunking. A lexsort of all entries was 5x slower.
+    Rows are sorted a bucket at a time (`padded_buckets`, as `sample_neighbours` groups its candidates): no
+    Python loop over rows, and a row's result depends on its own entries only, so it is the same whatever
+    the chunking. A lexsort of all entries was 5x slower.
     """
     counts = np.diff(matrix.indptr)
     over = np.flatnonzero(counts > keep)
     if over.size == 0:
         return matrix
     kept = torch.ones(matrix.nnz, dtype=torch.bool)
-    bucket = np.ceil(np.log2(counts[over])).astype(np.int64)
     padding = matrix.nnz  # the entry id of padding slots: past every column, below every value
     data = torch.cat([torch.from_numpy(matrix.data), torch.tensor([-np.inf], dtype=torch.float32)])
     column_of = torch.cat([torch.from_numpy(matrix.indices.astype(np.int64)), torch.tensor([matrix.shape[1]])])
-    for exponent in np.unique(bucket).tolist():
-        rows = over[bucket == exponent]
-        starts = torch.from_numpy(matrix.indptr[rows].astype(np.int64))  # [r]
-        slots = torch.arange(1 << exponent)  # [w]
-        valid = slots < torch.from_numpy(counts[rows]).unsqueeze(1)  # [r, w]
-        entries = torch.where(valid, starts.unsqueeze(1) + slots, padding)  # [r, w] entry ids
+    starts = torch.from_numpy(matrix.indptr[over].astype(np.int64))
+    for _rows, entries, valid in padded_buckets(starts, torch.from_numpy(counts[over]), padding):
         # by column, then by decreasing value, stably: ties go to the lower column, as in the compiled kernel
         entries = entries.gather(1, column_of[entries].argsort(dim=1, stable=True))
         order = data[entries].sort(dim=1, descending=True, stable=True).indices[:, :keep]
@@ -158,19 +156,13 @@ def _largest_per_row(matrix: sp.csr_matrix, keep: int) -> sp.csr_matrix:
     return sp.csr_matrix((matrix.data[kept], matrix.indices[kept], indptr), shape=matrix.shape)
 
 
-def _ranges(lengths: np.ndarray) -> np.ndarray:
-    """0..l-1 for each l in lengths, concatenated."""
-    ends = np.cumsum(lengths)
-    return np.arange(ends[-1] if ends.size else 0) - np.repeat(ends - lengths, lengths)
-
-
 def _fixed_width(operator: sp.csr_matrix, top_k: int) -> tuple[np.ndarray, np.ndarray]:
     """CSR rows of at most top_k entries as slots, neighbours [N, top_k] and weights [N, top_k], padded
     with (self, 0)."""
     num_nodes = operator.shape[0]
     counts = np.diff(operator.indptr)
     row = np.repeat(np.arange(num_nodes), counts)
-    slot = _ranges(counts)
+    slot = np.arange(operator.nnz) - operator.indptr[row]  # each entry's position within its row
     neighbours = np.repeat(np.arange(num_nodes)[:, None], top_k, axis=1)  # [N, k]
     weights = np.zeros((num_nodes, top_k), dtype=np.float32)
     neighbours[row, slot] = operator.indices

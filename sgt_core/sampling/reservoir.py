@@ -7,6 +7,7 @@ from torch import Tensor
 
 from sgt_core.kernels import cpu_kernels, draw_seed, usable
 from sgt_core.layers import FullLayer, PropagationRows, SampledLayer
+from sgt_core.sampling.buckets import padded_buckets
 
 SAMPLERS = ("reservoir", "uniform", "topk")  # their codes in the compiled kernel are their positions here
 # "full" skips sampling: every layer attends over the whole interaction graph (Exphormer-style baseline)
@@ -28,9 +29,8 @@ def sample_neighbours(
     candidate edge, the `degree` edges with the largest keys log(u) / a are a weighted sample without
     replacement with weights a. The paper makes this GPU-friendly by padding every node's candidates to
     the largest neighbourhood and taking one top-k; on skewed graphs (a hub with thousands of
-    neighbours) that matrix is huge, so here nodes are grouped by in-degree into power-of-two buckets,
-    each bucket is padded only to its own width (at most 2x its candidates) and gets one batched top-k.
-    That is a Python loop over ~log2(max degree) buckets, never over nodes, and it runs unchanged on CUDA.
+    neighbours) that matrix is huge, so here nodes are grouped by in-degree into power-of-two buckets
+    (`padded_buckets`), each padded only to its own width and given one batched top-k.
     On the CPU the compiled kernel (`sgt::sample_neighbours`, sgt_core/kernels/attention.cpp) does the
     same per node with a counter-based generator seeded from `generator`: no padding, and ~20x faster
     than torch's serial Mersenne Twister plus top-k.
@@ -63,18 +63,10 @@ def sample_neighbours(
     counts = ptr[nodes + 1] - starts  # [Q]
     edges = torch.full((nodes.numel(), degree), -1, dtype=torch.long, device=device)  # [Q, degree]
 
-    # bucket b holds the nodes with 2^(b-1) < count <= 2^b candidates
-    bucket = torch.ceil(torch.log2(counts.clamp_min(1).double())).long()  # [Q]
-    order = torch.argsort(bucket)  # [Q]
-    bucket_ids, bucket_sizes = torch.unique_consecutive(bucket[order], return_counts=True)
-    for rows, width_exponent in zip(order.split(bucket_sizes.tolist()), bucket_ids.tolist()):
-        width = 1 << width_exponent
-        columns = torch.arange(width, device=device)  # [w]
-        valid = columns < counts[rows].unsqueeze(1)  # [n_b, w]
-        candidates = torch.where(valid, starts[rows].unsqueeze(1) + columns, 0)  # [n_b, w] edge ids
+    for rows, candidates, valid in padded_buckets(starts, counts, padding=0):  # candidates [n_b, w] edge ids
         keys = _sampling_keys(scores[candidates], method, generator)  # [n_b, w]
         keys = keys.masked_fill(~valid, float("-inf"))  # padding ranks below every real candidate
-        _picked_keys, picked = keys.topk(min(degree, width), dim=1)  # [n_b, k]
+        _picked_keys, picked = keys.topk(min(degree, candidates.shape[1]), dim=1)  # [n_b, k]
         picked_edges = candidates.gather(1, picked)  # [n_b, k]
         picked_edges = picked_edges.masked_fill(~valid.gather(1, picked), -1)
         edges[rows, : picked.shape[1]] = picked_edges
