@@ -1,14 +1,17 @@
 """Time and peak memory of the gcn branch's top-k propagation rows (`model.local_top_k`) on random graphs.
 
     python -m benchmarks.propagation_scale --nodes 10000 100000 [--degree 20] [--steps 10] [--teleport 0.1]
-                                           [--top-k 32] [--scipy] [--out artifacts/bench/propagation.jsonl]
+                                           [--top-k 32] [--scipy] [--store] [--out artifacts/bench/propagation.jsonl]
 
 For each size, a seeded uniform random graph of `--degree` average degree (benchmarks.preprocess_scale's),
 then `appnp_top_k` as the train stage calls it: its seconds (wall and CPU), nanoseconds per graph edge (each
 edge is one row entry of Â, so this is the cost per edge of all K steps) and its own peak RSS above the
 graph's (VmHWM, reset before the call), per node. `--scipy` times the SciPy path as well (the compiled kernel
-switched off), which gives the same rows bit for bit: the script checks that. One JSON line per size and
-path is printed and appended to `--out`. Above 10^5 nodes run it under a memory cap on a shared machine,
+switched off), which gives the same rows bit for bit: the script checks that. `--store` also times what a
+train stage pays for them through the artifact store (`sgt_core.train.propagation_rows.kept_top_k`, in a
+temporary folder): the first call computes and writes them, the second finds and reads them; the record
+holds both times, the file's size and whether the rows read back are the computed ones. One JSON line per
+size and path is printed and appended to `--out`. Above 10^5 nodes run it under a memory cap on a shared machine,
 e.g. `bash -c 'ulimit -v 16000000; .venv/bin/python -m benchmarks.propagation_scale --nodes 1000000'`.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,7 +29,9 @@ import torch
 from benchmarks.preprocess_scale import random_graph, reset_peak
 from benchmarks.run import REPO, cpu_model
 from flows.memory import status_mb
+from sgt_core.artifacts import open_store
 from sgt_core.sampling import propagation
+from sgt_core.train.propagation_rows import PROPAGATION, ROWS_FILE, kept_top_k
 
 
 def measure(edge_index: torch.Tensor, num_nodes: int, args: argparse.Namespace, path: str):
@@ -46,6 +52,29 @@ def measure(edge_index: torch.Tensor, num_nodes: int, args: argparse.Namespace, 
     }
 
 
+def through_store(edge_index: torch.Tensor, num_nodes: int, args: argparse.Namespace) -> dict:
+    """Two calls of `kept_top_k` on a fresh store: computed and written, then found and read."""
+    (REPO / "artifacts").mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=REPO / "artifacts") as folder:
+        store = open_store(folder)
+        keep = (store, edge_index[0], edge_index[1], num_nodes, args.steps, args.teleport, args.top_k)
+        started = time.perf_counter()
+        computed = kept_top_k(*keep)
+        kept = time.perf_counter()
+        rows = kept_top_k(*keep)
+        seconds = [kept - started, time.perf_counter() - kept]
+        (rows_file,) = Path(folder).glob(f"{PROPAGATION}/*/{ROWS_FILE}")
+        file_bytes = rows_file.stat().st_size
+    return {
+        "nodes": num_nodes, "graph_edges": edge_index.shape[1], "steps": args.steps, "top_k": args.top_k,
+        "path": "store", "compute_and_write_seconds": round(seconds[0], 2), "read_seconds": round(seconds[1], 3),
+        "rows_file_bytes": file_bytes, "bytes_per_slot": round(file_bytes / (num_nodes * args.top_k), 2),
+        "read_equals_computed": bool(torch.equal(rows.neighbours, computed.neighbours)
+                                     and torch.equal(rows.weights, computed.weights)),
+        "threads": torch.get_num_threads(), "cpu": cpu_model(),
+    }
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[10_000, 100_000])
@@ -54,6 +83,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--teleport", type=float, default=0.1)
     parser.add_argument("--top-k", type=int, default=32)
     parser.add_argument("--scipy", action="store_true", help="also time the SciPy path (no compiled kernel)")
+    parser.add_argument("--store", action="store_true", help="also time computing, keeping and reading them "
+                        "through the artifact store, as the train stage does")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(REPO / "artifacts" / "bench" / "propagation.jsonl"))
     args = parser.parse_args(argv)
@@ -74,6 +105,11 @@ def main(argv: list[str]) -> None:
                                                        and torch.equal(first.weights, second.weights))
             print(json.dumps(record), flush=True)
             with out.open("a") as handle:  # appended line by line: a run cut short keeps what it measured
+                handle.write(json.dumps(record) + "\n")
+        if args.store:
+            record = through_store(edge_index, num_nodes, args)
+            print(json.dumps(record), flush=True)
+            with out.open("a") as handle:
                 handle.write(json.dumps(record) + "\n")
 
 

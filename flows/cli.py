@@ -343,8 +343,10 @@ def command_stages(overrides: list[str], as_json: bool, verify: bool = False) ->
             files = sorted(str(p) for pattern in main_files[name] for p in path.glob(pattern)) if cached else []
         stages.append({"stage": name, "key": key, "cached": cached, "damage": damage, "path": folder,
                        "files": files})
+    rows = propagation_entry(cfg, store, stages[0], verify)
     if as_json:
-        print(json.dumps({"artifacts": store.location(), "checksums_verified": verify, "stages": stages}, indent=2))
+        print(json.dumps({"artifacts": store.location(), "checksums_verified": verify, "stages": stages,
+                          "propagation_rows": rows}, indent=2))
         return 0
     print(f"configuration: {' '.join(overrides) or '(defaults)'}\nartifacts: {store.location()}")
     print(f"checked: file sizes{' and checksums' if verify else ' (--verify also checks checksums)'}\n")
@@ -356,7 +358,37 @@ def command_stages(overrides: list[str], as_json: bool, verify: bool = False) ->
             print(f"{'':<38} {stage['damage']}: the next `sgt run` moves it aside and recomputes")
         for file in stage["files"]:
             print(f"{'':<38} {file.removeprefix(stage['path'] + '/')}")
+    if rows is not None:
+        state = "yes" if rows["cached"] else "damaged" if rows["damage"] else "no"
+        print("\nthe train stage's top-k propagation rows (model.local_top_k): "
+              + (f"key {rows['key']}, cached {state}, {rows['path']}" if rows["key"] else rows["unknown"]))
     return 0
+
+
+def propagation_entry(cfg: dict, store, preprocess: dict, verify: bool) -> dict | None:
+    """Where the train stage keeps its top-k propagation rows, and whether they are there; None without them.
+
+    Their key hashes the graph's edges, so it is known once the preprocess stage's result is here to read.
+    """
+    from sgt_core.artifacts import ObjectArtifactStore
+    from sgt_core.preprocess.interaction_graph import InteractionGraph
+    from sgt_core.preprocess.outputs import INTERACTION_GRAPH_FILE
+    from sgt_core.train.propagation_rows import PROPAGATION, ROWS_FILE, propagation_key
+
+    if cfg["model"]["local_top_k"] is None:
+        return None
+    entry = {"key": None, "cached": False, "damage": None, "path": None, "files": []}
+    if not preprocess["cached"]:
+        return {**entry, "unknown": "their key is known once the preprocess stage's result is cached"}
+    if isinstance(store, ObjectArtifactStore):
+        return {**entry, "unknown": "their key is not shown: `sgt stages` does not download the interaction graph"}
+    graph = InteractionGraph.load(Path(preprocess["path"]) / INTERACTION_GRAPH_FILE, compact=True)
+    key = propagation_key(cfg, graph)
+    damage = store.damage(PROPAGATION, key, checksums=verify)
+    path = store.path(PROPAGATION, key).resolve()
+    cached = path.exists() and damage is None
+    return {**entry, "key": key, "cached": cached, "damage": damage, "path": str(path),
+            "files": [str(path / ROWS_FILE)] if cached else []}
 
 
 def command_report(overrides: list[str], run_id: str | None, as_json: bool) -> int:

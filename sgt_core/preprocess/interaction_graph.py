@@ -16,6 +16,7 @@ from torch import Tensor
 # Edge-type ids are global and fixed, so embeddings and exported names mean the same thing everywhere.
 # New types are appended, never inserted, so existing ids keep their meaning.
 EDGE_TYPES: tuple[str, ...] = ("graph", "self", "expander", "virtual", "anchor", "khop", "substructure")
+GRAPH_EDGE_TYPE = EDGE_TYPES.index("graph")  # the input graph's own edges: the local branch's and the degree signal's
 # Node kinds: real graph nodes and added ones (virtual nodes, substructure tokens), which get a learnable
 # embedding instead of features; tokens also get an encoding of their substructure.
 NODE_KINDS: tuple[str, ...] = ("real", "virtual", "substructure")

@@ -23,25 +23,24 @@ from sgt_core.config.train import TrainConfig
 from sgt_core.errors import ConfigError
 from sgt_core.export.outputs import SCORES_DIR
 from sgt_core.export.scores import read_attention_scores
+from sgt_core.layers import PropagationRows
 from sgt_core.metrics import UNDEFINED, all_metrics, evaluate, metric_name, splits_without_metric
 from sgt_core.models import NodeExtras, Spexphormer
 from sgt_core.numerics import check_loss
 from sgt_core.optim import AdamW, CosineWithWarmup
-from sgt_core.preprocess.interaction_graph import EDGE_TYPES, NODE_KINDS, InteractionGraph
+from sgt_core.preprocess.interaction_graph import GRAPH_EDGE_TYPE, NODE_KINDS, InteractionGraph
 from sgt_core.preprocess.outputs import INTERACTION_GRAPH_FILE
 from sgt_core.progress import Progress
 from sgt_core.sampling import LayerSampler
 from sgt_core.sampling.degrees import sampled_degree_histograms
-from sgt_core.sampling.propagation import appnp_top_k
 from sgt_core.seeding import seed_everything
 from sgt_core.train.device import resolve_device
 from sgt_core.train.distributed import Ranks, launch, world_size
 from sgt_core.train.evaluation_listeners import notify
 from sgt_core.train.outputs import HISTORY_FILE, MODEL_FILE, SAMPLED_DEGREES_FILE
+from sgt_core.train.propagation_rows import ensure_propagation_rows, propagation_rows
 
 log = logging.getLogger(__name__)
-GRAPH_EDGE_TYPE = EDGE_TYPES.index("graph")  # the local branch's and the degree signal's edges
-
 
 
 def read_groups(cfg: dict) -> tuple[ModelConfig, SamplerConfig, AdamWConfig, TrainConfig]:
@@ -66,9 +65,13 @@ class WideNetworkTraining:
     averaged: AveragedModel | None = None  # the weights' moving average (`average_weights`), else None
 
     @classmethod
-    def build(cls, cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor,
-              device: torch.device) -> WideNetworkTraining:
+    def build(cls, cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device: torch.device,
+              propagation: PropagationRows | None = None) -> WideNetworkTraining:
+        """`propagation`: the rows `model.local_top_k` needs (`propagation_rows`), None without it."""
         network, sampling, optimizer, train = read_groups(cfg)
+        if (network.local_top_k is None) != (propagation is None):
+            raise ValueError(f"model.local_top_k is {network.local_top_k} but propagation rows were "
+                             f"{'not ' if propagation is None else ''}given")
         x, node_kind, y = graph.x.to(device), graph.node_kind.to(device), graph.y.to(device)
         # real graph degrees only for a network that reads them (local branch, degree signal)
         reads_degrees = network.local != "none" or network.degree_signal
@@ -76,14 +79,8 @@ class WideNetworkTraining:
                                        GRAPH_EDGE_TYPE if reads_degrees else None).to(device)
         edge_spd = graph.edge_spd.to(device) if graph.num_spd_buckets else None
         generator = torch.Generator(device=device).manual_seed(cfg["seed"])
-        propagation = None
-        if network.local_top_k is not None:  # the gcn branch's K steps as top-k rows, for every layer
-            started = time.perf_counter()
-            is_graph = graph.edge_type == GRAPH_EDGE_TYPE
-            propagation = appnp_top_k(graph.edge_index[0][is_graph], graph.edge_index[1][is_graph], graph.num_nodes,
-                                      network.local_steps, network.local_teleport, network.local_top_k).to(device)
-            log.info("top-%d propagation rows of %d nodes in %.1f s", network.local_top_k, graph.num_nodes,
-                     time.perf_counter() - started)
+        if propagation is not None:  # the gcn branch's K steps as top-k rows, for every layer
+            propagation = propagation.to(device)
         sampler = LayerSampler(graph.edge_index.to(device), graph.edge_type.to(device), graph.ptr.to(device),
                                layer_scores.to(device), degrees=network.degrees, method=sampling.method,
                                generator=generator, edge_spd=edge_spd, propagation=propagation)
@@ -159,10 +156,11 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
     its rank 0 writes the same files and reports the same metrics.
     """
     if world_size(cfg["train"]) > 1:
+        ensure_propagation_rows(cfg, inputs["preprocess"])  # here, once: the ranks then read them from the store
         return launch(run_rank, cfg, inputs, out_dir)
     device, graph, layer_scores = _start(cfg, inputs)
     log.info("training the wide network on %s", device)
-    return _fit(cfg, graph, layer_scores, device, out_dir)
+    return _fit(cfg, graph, layer_scores, device, out_dir, propagation_rows(cfg, graph))
 
 
 def run_rank(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, float | str]:
@@ -172,7 +170,8 @@ def run_rank(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, flo
     try:
         log.info("training the wide network on %d processes (%s backend), rank 0 on %s", ranks.world,
                  dist.get_backend(), device)
-        metrics = _fit(cfg, graph, layer_scores, device, out_dir, ranks)
+        metrics = _fit(cfg, graph, layer_scores, device, out_dir, propagation_rows(cfg, graph),
+                       ranks)
         ranks.finish()
         return metrics
     finally:
@@ -209,7 +208,7 @@ def _read_inputs(cfg: dict, inputs: dict[str, Path]) -> tuple[InteractionGraph, 
 
 
 def _fit(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device: torch.device, out_dir: Path,
-         ranks: Ranks | None = None) -> dict[str, float | str]:
+         propagation: PropagationRows | None, ranks: Ranks | None = None) -> dict[str, float | str]:
     """The epochs, the best epoch's choice and the stage's files; with `ranks`, this rank's part of them."""
     train = TrainConfig.from_dict(cfg["train"])
     metric = metric_name(graph.num_classes)
@@ -217,7 +216,7 @@ def _fit(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device:
                                       graph.num_classes, "train")
     if device.type == "cuda":  # the stage's own high-water mark of GPU memory, reported beside the time
         torch.cuda.reset_peak_memory_stats(device)
-    training = WideNetworkTraining.build(cfg, graph, layer_scores, device)
+    training = WideNetworkTraining.build(cfg, graph, layer_scores, device, propagation)
     scheduler = CosineWithWarmup(training.optimizer, warmup_epochs=train.warmup_epochs, epochs=train.epochs)
     train_nodes, val_nodes, test_nodes = (m.nonzero().flatten().to(device)
                                           for m in (graph.train_mask, graph.val_mask, graph.test_mask))

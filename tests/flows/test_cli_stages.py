@@ -128,3 +128,36 @@ def test_every_subcommand_has_help_with_examples(command, capsys):
     out = capsys.readouterr().out
     assert out.startswith(f"usage: sgt {command}")
     assert out.count(f"  sgt {command}") >= 2  # at least two example command lines
+
+
+def test_stages_without_top_k_rows_lists_none(tiny_run):
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        assert main(["stages", *TINY_OVERRIDES, "--json"]) == 0
+    assert json.loads(output.getvalue())["propagation_rows"] is None
+
+
+def test_stages_lists_the_top_k_propagation_rows_once_their_graph_is_cached(prefect_server, artifacts_dir, capsys):
+    """`model.local_top_k`'s rows are kept beside the stages; their key is known from the cached graph."""
+    top_k = [*TINY_OVERRIDES, "model.local=gcn", "model.local_steps=10", "model.local_teleport=0.1",
+             "model.local_top_k=8", "train.batch_size=16"]
+
+    def rows() -> dict:
+        assert main(["stages", *top_k, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)["propagation_rows"]
+
+    before = rows()
+    assert before["key"] is None and before["cached"] is False and "preprocess" in before["unknown"]
+    sgt_pipeline(top_k)
+    after = rows()
+    (kept,) = (artifacts_dir / "propagation").iterdir()
+    assert after["key"] == kept.name and after["cached"] is True and after["damage"] is None
+    assert after["files"] == [str((kept / "rows.pt").resolve())]
+    assert main(["stages", *top_k]) == 0
+    assert f"key {kept.name}, cached yes" in capsys.readouterr().out
+    # another training option reads the same rows; another k would need its own
+    assert rows()["key"] == kept.name
+    assert main(["stages", *top_k, "optimizer.lr=0.5", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["propagation_rows"]["cached"] is True
+    assert main(["stages", *top_k, "model.local_top_k=9", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["propagation_rows"]["cached"] is False

@@ -90,3 +90,27 @@ def test_pipeline_on_an_object_store(prefect_server, s3, tmp_path, monkeypatch, 
 def test_object_store_needs_an_mlflow_store_elsewhere(s3, capsys):
     assert main(["run", *TINY_OVERRIDES, f"paths.artifacts=s3://{BUCKET}/x", "mlflow.tracking_uri=null"]) == 2
     assert capsys.readouterr().err.startswith("error: mlflow.tracking_uri: must be set")
+
+
+def test_top_k_propagation_rows_kept_in_an_object_store(s3, tmp_path, monkeypatch):
+    """The train stage's rows (`model.local_top_k`) go to the object store like a stage's result, and another
+    machine, with an empty local cache, reads them instead of computing them."""
+    import torch
+
+    from sgt_core.train import propagation_rows
+    from sgt_core.train.propagation_rows import PROPAGATION, ROWS_FILE, kept_top_k
+
+    url = f"s3://{BUCKET}/rows-{tmp_path.name}"
+    generator = torch.Generator().manual_seed(0)
+    source, target = torch.randint(0, 300, (2, 2000), generator=generator)
+    keep = (source[source != target], target[source != target], 300, 10, 0.1, 8)
+    computed = kept_top_k(ObjectArtifactStore(url), *keep)
+    (key,) = {path.split("/")[-1] for path in s3.ls(f"{BUCKET}/rows-{tmp_path.name}/{PROPAGATION}")}
+    prefix = f"{BUCKET}/rows-{tmp_path.name}/{PROPAGATION}/{key}"
+    assert set(json.loads(s3.cat_file(f"{prefix}/{MANIFEST_FILE}"))["files"]) >= {ROWS_FILE}
+
+    monkeypatch.setenv("SGT_OBJECT_CACHE", str(tmp_path / "other-cache"))
+    monkeypatch.setattr(propagation_rows, "appnp_top_k", lambda *args: pytest.fail("computed again"))
+    read = kept_top_k(ObjectArtifactStore(url), *keep)
+    assert torch.equal(read.neighbours, computed.neighbours) and torch.equal(read.weights, computed.weights)
+    assert (tmp_path / "other-cache").is_dir()
