@@ -170,8 +170,7 @@ def run_rank(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, flo
     try:
         log.info("training the wide network on %d processes (%s backend), rank 0 on %s", ranks.world,
                  dist.get_backend(), device)
-        metrics = _fit(cfg, graph, layer_scores, device, out_dir, propagation_rows(cfg, graph),
-                       ranks)
+        metrics = _fit(cfg, graph, layer_scores, device, out_dir, propagation_rows(cfg, graph), ranks)
         ranks.finish()
         return metrics
     finally:

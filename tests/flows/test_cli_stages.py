@@ -155,8 +155,7 @@ def test_stages_lists_the_top_k_propagation_rows_once_their_graph_is_cached(pref
     assert after["files"] == [str((kept / "rows.pt").resolve())]
     assert main(["stages", *top_k]) == 0
     assert f"key {kept.name}, cached yes" in capsys.readouterr().out
-    # another training option reads the same rows; another k would need its own
-    assert rows()["key"] == kept.name
+    # another training option would read the same rows; another k would need its own
     assert main(["stages", *top_k, "optimizer.lr=0.5", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["propagation_rows"]["cached"] is True
     assert main(["stages", *top_k, "model.local_top_k=9", "--json"]) == 0
