@@ -20,9 +20,10 @@ class AdamW:
     gradient in a step is left untouched, as in torch.
 
     Args:
-        parameters: the tensors to optimise (those without requires_grad are ignored).
+        parameters: the tensors to optimise (those without requires_grad are ignored), or torch's parameter
+            groups: dicts of "params" and optionally their own "weight_decay".
         lr: learning rate (the schedule below rescales `lr` from `base_lr`).
-        weight_decay: the weight decay's factor.
+        weight_decay: the weight decay's factor (of every group that does not set its own).
         betas, eps: Adam's moment decay rates and denominator epsilon.
         decoupled_weight_decay: True (AdamW) shrinks every weight by lr * weight_decay per step; False
             adds weight_decay * w to the gradient before Adam's moments (torch.optim.Adam's L2, what GCN and
@@ -40,7 +41,10 @@ class AdamW:
         eps: float = 1e-8,
         decoupled_weight_decay: bool = True,
     ) -> None:
-        self.parameters = [p for p in parameters if p.requires_grad]
+        groups = [group if isinstance(group, dict) else {"params": [group]} for group in parameters]
+        self.parameters = [p for group in groups for p in group["params"] if p.requires_grad]
+        self.weight_decays = [group.get("weight_decay", weight_decay) for group in groups
+                              for p in group["params"] if p.requires_grad]
         self.base_lr = self.lr = lr
         self.weight_decay, self.betas, self.eps = weight_decay, betas, eps
         self.decoupled_weight_decay = decoupled_weight_decay
@@ -56,8 +60,8 @@ class AdamW:
     @torch.no_grad()
     def step(self) -> None:
         beta1, beta2 = self.betas
-        for index, (parameter, exp_avg, exp_avg_sq) in enumerate(
-            zip(self.parameters, self.exp_avg, self.exp_avg_sq)
+        for index, (parameter, weight_decay, exp_avg, exp_avg_sq) in enumerate(
+            zip(self.parameters, self.weight_decays, self.exp_avg, self.exp_avg_sq)
         ):
             if parameter.grad is None:
                 continue
@@ -65,9 +69,9 @@ class AdamW:
             self.steps[index] += 1
             step = self.steps[index]
             if self.decoupled_weight_decay:
-                parameter.mul_(1 - self.lr * self.weight_decay)
-            elif self.weight_decay:
-                grad = grad.add(parameter, alpha=self.weight_decay)
+                parameter.mul_(1 - self.lr * weight_decay)
+            elif weight_decay:
+                grad = grad.add(parameter, alpha=weight_decay)
             exp_avg.lerp_(grad, 1 - beta1)
             exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
             denominator = (exp_avg_sq.sqrt() / math.sqrt(1 - beta2**step)).add_(self.eps)

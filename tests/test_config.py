@@ -85,7 +85,10 @@ BAD_VALUES = {
     "negative optimizer weight decay": (["optimizer.weight_decay=-1"], "optimizer.weight_decay", ">= 0"),
     "beta of one": (["optimizer.betas=[0.9,1.0]"], "optimizer.betas", "two numbers in [0, 1)"),
     "added optimizer key": (["+optimizer.momentum=0.9"], "optimizer.momentum",
-                            "unknown key; valid keys in optimizer: betas, decoupled_weight_decay, eps, lr, weight_decay"),
+                            ("unknown key; valid keys in optimizer: betas, decoupled_weight_decay, eps, "
+                             "input_weight_decay, lr, weight_decay")),
+    "negative input weight decay": (["optimizer.input_weight_decay=-1"], "optimizer.input_weight_decay",
+                                    "must be null or a number >= 0"),
     "decoupled decay not a boolean": (["optimizer.decoupled_weight_decay=maybe"], "optimizer.decoupled_weight_decay",
                                       "true or false"),
     "feed-forward switch not a boolean": (["model.feed_forward=2"], "model.feed_forward", "true or false"),
@@ -285,8 +288,8 @@ def test_every_yaml_file_in_conf_composes_and_validates(overrides):
 def test_the_default_sampler_and_optimizer_are_todays():
     cfg = compose_config()
     assert cfg["sampler"] == {"method": "reservoir"}
-    assert cfg["optimizer"] == {"lr": 0.01, "weight_decay": 1.0e-3, "betas": [0.9, 0.999], "eps": 1.0e-8,
-                                "decoupled_weight_decay": True}
+    assert cfg["optimizer"] == {"lr": 0.01, "weight_decay": 1.0e-3, "input_weight_decay": None,
+                                "betas": [0.9, 0.999], "eps": 1.0e-8, "decoupled_weight_decay": True}
     assert cfg["optimizer"]["betas"] == list(inspect.signature(AdamW).parameters["betas"].default)
     assert cfg["optimizer"]["eps"] == inspect.signature(AdamW).parameters["eps"].default
     assert compose_config(["sampler=full"])["sampler"]["method"] == "full"

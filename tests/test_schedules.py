@@ -82,3 +82,25 @@ def test_coupled_weight_decay_matches_torch_adam_step_for_step():
             torch.testing.assert_close(mine, reference_parameter, rtol=1e-6, atol=1e-7)
     # and it is not AdamW's decay: the same steps with decoupled decay end elsewhere
     assert not torch.allclose(coupled[0], decoupled[0])
+
+
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_parameter_groups_take_their_own_weight_decay_as_torch_does(decoupled):
+    """A group's own "weight_decay" replaces the default for its parameters, in torch.optim's group form."""
+    torch.manual_seed(0)
+    start = [p.detach() for p in torch.nn.Linear(6, 3).parameters()]
+    inputs, targets = torch.randn(16, 6), torch.randint(0, 3, (16,))
+    ours, reference, uniform = ([p.clone().requires_grad_() for p in start] for _ in range(3))
+    optimizers = (
+        AdamW([{"params": [ours[0]], "weight_decay": 0.5}, {"params": [ours[1]]}], lr=0.05, weight_decay=0.01,
+              decoupled_weight_decay=decoupled),
+        (torch.optim.AdamW if decoupled else torch.optim.Adam)(
+            [{"params": [reference[0]], "weight_decay": 0.5}, {"params": [reference[1]]}], lr=0.05, weight_decay=0.01),
+        AdamW(uniform, lr=0.05, weight_decay=0.01, decoupled_weight_decay=decoupled),
+    )
+    for _ in range(8):
+        for params, optimizer in zip((ours, reference, uniform), optimizers):
+            _linear_step(params, optimizer, inputs, targets)
+        for mine, reference_parameter in zip(ours, reference):
+            torch.testing.assert_close(mine, reference_parameter, rtol=1e-6, atol=1e-7)
+    assert not torch.allclose(ours[0], uniform[0])  # the weight's own decay acted

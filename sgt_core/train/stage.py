@@ -87,7 +87,8 @@ class WideNetworkTraining:
         # The graph's sizes (features, classes, edge types, node kinds, SPD, LPE and tokens) and the group's.
         model = Spexphormer(**graph.model_input_sizes(), graph_edge_type=GRAPH_EDGE_TYPE,
                             **network.network_arguments()).to(device)
-        adamw = AdamW(model.parameters(), lr=optimizer.lr, weight_decay=optimizer.weight_decay,
+        adamw = AdamW(model.parameter_groups(optimizer.input_weight_decay), lr=optimizer.lr,
+                      weight_decay=optimizer.weight_decay,
                       betas=tuple(optimizer.betas), eps=optimizer.eps,
                       decoupled_weight_decay=optimizer.decoupled_weight_decay)
         return cls(x, node_kind, y, extras, sampler, model, adamw, generator, train.batch_size)
