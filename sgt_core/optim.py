@@ -41,7 +41,8 @@ class AdamW:
         eps: float = 1e-8,
         decoupled_weight_decay: bool = True,
     ) -> None:
-        groups = [group if isinstance(group, dict) else {"params": [group]} for group in parameters]
+        groups = [{**group, "params": list(group["params"])} if isinstance(group, dict) else {"params": [group]}
+                  for group in parameters]
         self.parameters = [p for group in groups for p in group["params"] if p.requires_grad]
         self.weight_decays = [group.get("weight_decay", weight_decay) for group in groups
                               for p in group["params"] if p.requires_grad]

@@ -92,8 +92,8 @@ def test_parameter_groups_take_their_own_weight_decay_as_torch_does(decoupled):
     inputs, targets = torch.randn(16, 6), torch.randint(0, 3, (16,))
     ours, reference, uniform = ([p.clone().requires_grad_() for p in start] for _ in range(3))
     optimizers = (
-        AdamW([{"params": [ours[0]], "weight_decay": 0.5}, {"params": [ours[1]]}], lr=0.05, weight_decay=0.01,
-              decoupled_weight_decay=decoupled),
+        AdamW([{"params": [ours[0]], "weight_decay": 0.5}, {"params": iter([ours[1]])}], lr=0.05, weight_decay=0.01,
+              decoupled_weight_decay=decoupled),  # a group's params may be any iterable, as in torch
         (torch.optim.AdamW if decoupled else torch.optim.Adam)(
             [{"params": [reference[0]], "weight_decay": 0.5}, {"params": [reference[1]]}], lr=0.05, weight_decay=0.01),
         AdamW(uniform, lr=0.05, weight_decay=0.01, decoupled_weight_decay=decoupled),
