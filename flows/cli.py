@@ -320,29 +320,16 @@ def stage_files() -> dict[str, tuple[str, ...]]:
 
 def command_stages(overrides: list[str], as_json: bool, verify: bool = False) -> int:
     import json
-    from fnmatch import fnmatch
 
-    from sgt_core.artifacts import ObjectArtifactStore, open_store
+    from sgt_core.artifacts import open_store
     from sgt_core.config import compose_config
     from sgt_core.pipeline import stage_keys
 
     cfg = compose_config(overrides)
     store = open_store(cfg["paths"]["artifacts"])
-    main_files, stages = stage_files(), []
-    for name, key in stage_keys(cfg).items():
-        damage = store.damage(name, key, checksums=verify)  # read only: `sgt run` moves a damaged folder aside
-        if isinstance(store, ObjectArtifactStore):  # listed from the manifest, nothing downloaded
-            folder = store.location(name, key)
-            manifest = store.remote_manifest(name, key) if damage is None else None
-            cached = manifest is not None
-            files = sorted(f"{folder}/{file}" for file in (manifest or {}).get("files", {})
-                           if any(fnmatch(file, pattern) for pattern in main_files[name]))
-        else:
-            path = store.path(name, key).resolve()
-            folder, cached = str(path), path.exists() and damage is None
-            files = sorted(str(p) for pattern in main_files[name] for p in path.glob(pattern)) if cached else []
-        stages.append({"stage": name, "key": key, "cached": cached, "damage": damage, "path": folder,
-                       "files": files})
+    main_files = stage_files()
+    stages = [{"stage": name, **cache_entry(store, name, key, main_files[name], verify)}
+              for name, key in stage_keys(cfg).items()]
     rows = propagation_entry(cfg, store, stages[0], verify)
     if as_json:
         print(json.dumps({"artifacts": store.location(), "checksums_verified": verify, "stages": stages,
@@ -365,6 +352,30 @@ def command_stages(overrides: list[str], as_json: bool, verify: bool = False) ->
     return 0
 
 
+def cache_entry(store, folder: str, key: str, patterns: tuple[str, ...], verify: bool) -> dict:
+    """A result in the store, as `sgt stages` lists it: key, cached, damage, path and its files matching `patterns`.
+
+    Read only: `sgt run` moves a damaged folder aside. An object store's result is listed from its manifest,
+    nothing downloaded.
+    """
+    from fnmatch import fnmatch
+
+    from sgt_core.artifacts import ObjectArtifactStore
+
+    damage = store.damage(folder, key, checksums=verify)
+    if isinstance(store, ObjectArtifactStore):
+        path = store.location(folder, key)
+        manifest = store.remote_manifest(folder, key) if damage is None else None
+        cached = manifest is not None
+        files = sorted(f"{path}/{file}" for file in (manifest or {}).get("files", {})
+                       if any(fnmatch(file, pattern) for pattern in patterns))
+    else:
+        local = store.path(folder, key).resolve()
+        path, cached = str(local), local.exists() and damage is None
+        files = sorted(str(p) for pattern in patterns for p in local.glob(pattern)) if cached else []
+    return {"key": key, "cached": cached, "damage": damage, "path": path, "files": files}
+
+
 def propagation_entry(cfg: dict, store, preprocess: dict, verify: bool) -> dict | None:
     """Where the train stage keeps its top-k propagation rows, and whether they are there; None without them.
 
@@ -383,12 +394,7 @@ def propagation_entry(cfg: dict, store, preprocess: dict, verify: bool) -> dict 
     if isinstance(store, ObjectArtifactStore):
         return {**entry, "unknown": "their key is not shown: `sgt stages` does not download the interaction graph"}
     graph = InteractionGraph.load(Path(preprocess["path"]) / INTERACTION_GRAPH_FILE, compact=True)
-    key = propagation_key(cfg, graph)
-    damage = store.damage(PROPAGATION, key, checksums=verify)
-    path = store.path(PROPAGATION, key).resolve()
-    cached = path.exists() and damage is None
-    return {**entry, "key": key, "cached": cached, "damage": damage, "path": str(path),
-            "files": [str(path / ROWS_FILE)] if cached else []}
+    return cache_entry(store, PROPAGATION, propagation_key(cfg, graph), (ROWS_FILE,), verify)
 
 
 def command_report(overrides: list[str], run_id: str | None, as_json: bool) -> int:

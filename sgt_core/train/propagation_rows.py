@@ -71,7 +71,7 @@ def rows_key(source: torch.Tensor, target: torch.Tensor, num_nodes: int, steps: 
     """
     edges = xxhash.xxh3_64()
     for column in (source, target):
-        edges.update(column.contiguous().numpy().tobytes())
+        edges.update(column.contiguous().numpy())  # the array's own buffer: no copy of the edges
     return fingerprint({"graph_edges": edges.hexdigest(), "nodes": num_nodes, "local_steps": steps,
                         "local_teleport": teleport, "local_top_k": top_k,
                         "code": code_version("sgt_core.sampling.propagation")})

@@ -161,7 +161,7 @@ def run_train(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, fl
         return launch(run_rank, cfg, inputs, out_dir)
     device, graph, layer_scores = _start(cfg, inputs)
     log.info("training the wide network on %s", device)
-    return _fit(cfg, graph, layer_scores, device, out_dir, propagation_rows(cfg, graph))
+    return _fit(cfg, graph, layer_scores, device, out_dir)
 
 
 def run_rank(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, float | str]:
@@ -171,7 +171,7 @@ def run_rank(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, flo
     try:
         log.info("training the wide network on %d processes (%s backend), rank 0 on %s", ranks.world,
                  dist.get_backend(), device)
-        metrics = _fit(cfg, graph, layer_scores, device, out_dir, propagation_rows(cfg, graph), ranks)
+        metrics = _fit(cfg, graph, layer_scores, device, out_dir, ranks)
         ranks.finish()
         return metrics
     finally:
@@ -208,7 +208,7 @@ def _read_inputs(cfg: dict, inputs: dict[str, Path]) -> tuple[InteractionGraph, 
 
 
 def _fit(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device: torch.device, out_dir: Path,
-         propagation: PropagationRows | None, ranks: Ranks | None = None) -> dict[str, float | str]:
+         ranks: Ranks | None = None) -> dict[str, float | str]:
     """The epochs, the best epoch's choice and the stage's files; with `ranks`, this rank's part of them."""
     train = TrainConfig.from_dict(cfg["train"])
     metric = metric_name(graph.num_classes)
@@ -216,7 +216,7 @@ def _fit(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device:
                                       graph.num_classes, "train")
     if device.type == "cuda":  # the stage's own high-water mark of GPU memory, reported beside the time
         torch.cuda.reset_peak_memory_stats(device)
-    training = WideNetworkTraining.build(cfg, graph, layer_scores, device, propagation)
+    training = WideNetworkTraining.build(cfg, graph, layer_scores, device, propagation_rows(cfg, graph))
     scheduler = CosineWithWarmup(training.optimizer, warmup_epochs=train.warmup_epochs, epochs=train.epochs)
     train_nodes, val_nodes, test_nodes = (m.nonzero().flatten().to(device)
                                           for m in (graph.train_mask, graph.val_mask, graph.test_mask))
