@@ -196,6 +196,9 @@ def run_stage(store: ArtifactStore, stage, cfg: dict, keys: dict, memory_limit_m
     key = keys[stage.name]
     if store.is_complete(stage.name, key):
         return json.loads((store.path(stage.name, key) / "bench.json").read_text())
+    # What a stage keeps beside its own folder (the train stage's top-k propagation rows) goes to this
+    # benchmark's store too, not to the default artifacts folder where another --out would find it.
+    cfg = {**cfg, "paths": {**cfg["paths"], "artifacts": store.location()}}
     with store.writing(stage.name, key) as staging:
         upstream = [f"{name}={store.path(name, keys[name])}" for name in stage.upstream]
         result = run_in_process("benchmarks.stage_process", stage.name, cfg, str(staging), *upstream,
