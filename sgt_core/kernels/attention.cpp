@@ -45,6 +45,21 @@ constexpr int64_t ROWS_PER_BLOCK = 256;
 // (expander edges have no locality), so past the CPU caches (about 10^6 nodes) each one is a trip to
 // memory; asking for it this far ahead overlaps the trips instead of taking them one after another.
 constexpr int64_t PREFETCH_EDGES = 32;
+// The slot kernels' counterparts: the forward pass and the backward pass's sweep over queries ask for the
+// [K | V] rows of the query PREFETCH_QUERIES rows ahead (deg rows of 2 * hidden values, several cache lines
+// each); the sweep over keys asks for the query and gradient rows of the slot PREFETCH_SLOTS ahead.
+constexpr int64_t PREFETCH_QUERIES = 2;
+constexpr int64_t PREFETCH_SLOTS = 8;
+constexpr int64_t CACHE_LINE_BYTES = 64;
+
+// Asks for `count` values from `row` on, a cache line at a time: a prefetch brings one line, and a wide
+// network's row spans several.
+template <typename scalar_t>
+inline void prefetch_values(const scalar_t* row, int64_t count) {
+  const char* first = reinterpret_cast<const char*>(row);
+  const int64_t bytes = count * static_cast<int64_t>(sizeof(scalar_t));
+  for (int64_t offset = 0; offset < bytes; offset += CACHE_LINE_BYTES) __builtin_prefetch(first + offset);
+}
 
 // ---------------------------------------------------------------------------------------------------
 // Argument checks
@@ -479,6 +494,12 @@ void slot_forward_kernel(int64_t num_queries, int64_t deg, int64_t hidden, int64
   const scalar_t scale = scalar_t(1) / std::sqrt(static_cast<scalar_t>(dh));
   parallel_dynamic(num_queries, 16, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; i++) {
+      if (const int64_t ahead = i + PREFETCH_QUERIES; ahead < num_queries) {
+        for (int64_t m = 0; m < deg; m++) {
+          const int64_t slot = ahead * deg + m;
+          if (mask[slot]) prefetch_values(key_value + neighbours[slot] * 2 * hidden, 2 * hidden);
+        }
+      }
       const scalar_t* q = query + i * hidden;
       scalar_t *a = attention + i * deg * heads, *o = out + i * hidden;
       for (int64_t h = 0; h < heads; h++) {
@@ -553,6 +574,11 @@ void slot_backward_kernel(int64_t num_queries, int64_t num_keys, int64_t deg, in
   // then B rows).
   rows_into_code_gradients(num_queries, num_codes * (hidden + heads), num_codes * hidden, grad_edge_scale,
                            grad_edge_bias, [&](int64_t i, scalar_t* part_scale, scalar_t* part_bias) {
+    if (const int64_t ahead = i + PREFETCH_QUERIES; ahead < num_queries) {
+      for (int64_t m = 0; m < deg; m++) {
+        prefetch_values(key_value + neighbours[ahead * deg + m] * 2 * hidden, 2 * hidden);
+      }
+    }
     const scalar_t *q = query + i * hidden, *go = grad_out + i * hidden;
     const scalar_t* a = attention + i * deg * heads;
     scalar_t *sg = slot_grad + i * deg * heads, *gq = grad_query + i * hidden;
@@ -590,11 +616,19 @@ void slot_backward_kernel(int64_t num_queries, int64_t num_keys, int64_t deg, in
   });
 
   // Sweep 2, over key rows: keys and values gather from the slots that point at them.
+  const int64_t total_slots = num_queries * deg;
   parallel_dynamic(num_keys, 64, [&](int64_t begin, int64_t end) {
     for (int64_t j = begin; j < end; j++) {
       scalar_t *gk = grad_key_value + j * 2 * hidden, *gv = gk + hidden;
       for (int64_t t = 0; t < 2 * hidden; t++) gk[t] = 0;
       for (int64_t idx = by_key_ptr[j]; idx < by_key_ptr[j + 1]; idx++) {
+        if (idx + PREFETCH_SLOTS < total_slots) {
+          const int64_t later = by_key_order[idx + PREFETCH_SLOTS], row = later / deg;
+          prefetch_values(query + row * hidden, hidden);
+          prefetch_values(grad_out + row * hidden, hidden);
+          prefetch_values(attention + later * heads, heads);
+          prefetch_values(slot_grad + later * heads, heads);
+        }
         const int64_t slot = by_key_order[idx], i = slot / deg;
         const scalar_t *q = query + i * hidden, *go = grad_out + i * hidden;
         const scalar_t* es = edge_scale + code[slot] * hidden;
