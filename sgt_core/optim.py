@@ -43,9 +43,10 @@ class AdamW:
     ) -> None:
         groups = [{**group, "params": list(group["params"])} if isinstance(group, dict) else {"params": [group]}
                   for group in parameters]
-        self.parameters = [p for group in groups for p in group["params"] if p.requires_grad]
-        self.weight_decays = [group.get("weight_decay", weight_decay) for group in groups
-                              for p in group["params"] if p.requires_grad]
+        trained = [(p, group.get("weight_decay", weight_decay)) for group in groups for p in group["params"]
+                   if p.requires_grad]
+        self.parameters = [p for p, _ in trained]
+        self.weight_decays = [decay for _, decay in trained]
         self.base_lr = self.lr = lr
         self.weight_decay, self.betas, self.eps = weight_decay, betas, eps
         self.decoupled_weight_decay = decoupled_weight_decay
