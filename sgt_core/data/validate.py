@@ -145,13 +145,14 @@ def check_edges(source: str, edge_index: np.ndarray, num_nodes: int) -> None:
         raise DatasetError(f"{source}: edges reference node {largest} but the graph has {num_nodes} nodes")
 
 
-def check_masks(source: str, masks: dict[str, np.ndarray], num_nodes: int) -> None:
+def check_masks(source: str, masks: dict[str, np.ndarray], num_nodes: int, unit: str = "node") -> None:
     """Checks the split masks: boolean [N] each, none empty, pairwise disjoint.
 
     Args:
         source: File path or description named in error messages.
         masks: Split name ("train", "val", "test") to mask.
-        num_nodes: N, the number of nodes.
+        num_nodes: N, the number of nodes (of graphs, for a split over graphs).
+        unit: what the masks select, named in messages: node, or graph.
 
     Raises:
         DatasetError: If a mask has the wrong length or type, is empty, or overlaps another.
@@ -159,22 +160,22 @@ def check_masks(source: str, masks: dict[str, np.ndarray], num_nodes: int) -> No
     for name, mask in masks.items():
         if mask.ndim != 1 or mask.shape[0] != num_nodes:
             raise DatasetError(
-                f"{source}: {name} mask has shape {mask.shape} but the graph has {num_nodes} nodes; "
+                f"{source}: {name} mask has shape {mask.shape} but there are {num_nodes} {unit}s; "
                 f"expected [{num_nodes}]"
             )
         is_zero_one = np.issubdtype(mask.dtype, np.integer) and np.isin(mask, (0, 1)).all()
         if mask.dtype != np.bool_ and not is_zero_one:
             raise DatasetError(f"{source}: {name} mask must be boolean (or 0/1), found dtype {mask.dtype}")
         if not mask.any():
-            raise DatasetError(f"{source}: the {name} split is empty; expected at least one node")
+            raise DatasetError(f"{source}: the {name} split is empty; expected at least one {unit}")
     names = list(masks)
     for position, first in enumerate(names):
         for second in names[position + 1 :]:
             overlap = masks[first].astype(bool) & masks[second].astype(bool)
             if overlap.any():
                 raise DatasetError(
-                    f"{source}: the {first} and {second} splits overlap on {int(overlap.sum())} nodes "
-                    f"(first: node {_first_index(overlap)}); expected disjoint splits"
+                    f"{source}: the {first} and {second} splits overlap on {int(overlap.sum())} {unit}s "
+                    f"(first: {unit} {_first_index(overlap)}); expected disjoint splits"
                 )
 
 
