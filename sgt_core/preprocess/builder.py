@@ -17,9 +17,16 @@ from sgt_core.errors import DatasetError
 from sgt_core.preprocess.adjacency import sorted_csr
 from sgt_core.preprocess.anchors import k_dominating_set, receptive_field_edges
 from sgt_core.preprocess.expander import hamiltonian_expander
-from sgt_core.preprocess.interaction_graph import EDGE_TYPES, NO_SPD, NODE_KINDS, InteractionGraph
+from sgt_core.preprocess.interaction_graph import (
+    EDGE_TYPES,
+    NO_EDGE_ATTR,
+    NO_SPD,
+    NODE_KINDS,
+    InteractionGraph,
+)
 from sgt_core.preprocess.laplacian import laplacian_eigenpairs
 from sgt_core.preprocess.substructure_tokens import SubstructureTokens
+from sgt_core.tasks import default_metric, task_kind
 
 # Independent random streams per component (numpy SeedSequence entropy [seed, stream]), so switching one
 # component on or off never changes what another draws. The expander keeps the plain seed it always had.
@@ -181,6 +188,15 @@ def build_interaction_graph(
         eigenvalues = eigenvectors = torch.zeros(num_total, 0)
         eigen_mask = torch.zeros(num_total, 0, dtype=torch.bool)
 
+    targets = graph_targets(graph, added)
+    features = edge_feature_columns(graph, edge_index, edge_type, num_total)
+    x_cat = getattr(graph, "x_cat", None)
+    x_cat = None if x_cat is None else pad(x_cat.long(), -1)
+    if num_graphs(graph) > 1:
+        node_graph = _node_graph(graph, virtual_nodes, substructure_tokens)
+    else:
+        node_graph = torch.zeros(0, dtype=torch.int64)
+
     type_counts = torch.bincount(edge_type, minlength=len(EDGE_TYPES)).tolist()
     stats.update(
         num_real_nodes=num_real,
@@ -191,10 +207,7 @@ def build_interaction_graph(
     )
     return InteractionGraph(
         x=pad(graph.x.float(), 0.0),
-        y=pad(graph.y.long(), -1),
-        train_mask=pad(graph.train_mask, False),
-        val_mask=pad(graph.val_mask, False),
-        test_mask=pad(graph.test_mask, False),
+        **targets,
         node_kind=node_kind,
         edge_index=edge_index,
         edge_type=edge_type,
@@ -206,9 +219,90 @@ def build_interaction_graph(
         eigenvectors=eigenvectors.float(),
         eigen_mask=eigen_mask,
         num_real_nodes=num_real,
-        num_classes=int(graph.num_classes),
+        num_outputs=output_width(graph),
+        task=dataset_task(graph),
+        metric=getattr(graph, "metric", None) or default_metric(dataset_task(graph), output_width(graph)),
+        num_graphs=num_graphs(graph),
+        node_graph=node_graph,
+        x_cat=x_cat,
+        x_cat_sizes=list(getattr(graph, "x_cat_sizes", None) or []),
+        **features,
+        notes=dict(getattr(graph, "notes", None) or {}),
         stats=stats,
     )
+
+
+def dataset_task(graph: Data) -> str:
+    """The loaded dataset's task; loaders of one graph with class labels set none (node classification)."""
+    return getattr(graph, "task", None) or "node_classification"
+
+
+def output_width(graph: Data) -> int:
+    """The networks' output columns: classes, or tasks for multi-label and regression targets."""
+    return int(graph.num_classes) if task_kind(dataset_task(graph)) == "classification" else int(graph.num_tasks)
+
+
+def num_graphs(graph: Data) -> int:
+    """G: the graphs of a dataset of many (`graph_ptr`), else 1."""
+    ptr = getattr(graph, "graph_ptr", None)
+    return 1 if ptr is None else int(ptr.numel() - 1)
+
+
+def graph_targets(graph: Data, added: int) -> dict[str, torch.Tensor]:
+    """y and the split masks over the targets: per graph as loaded, or per node with added nodes appended
+    (class -1, or unknown NaN rows, and in no split)."""
+    names = ("y", "train_mask", "val_mask", "test_mask")
+    if dataset_task(graph).startswith("graph") or not added:
+        return {name: getattr(graph, name) for name in names}
+    y = graph.y
+    fill = -1 if y.dtype == torch.int64 else float("nan")
+    padded = {"y": torch.cat([y, y.new_full((added, *y.shape[1:]), fill)])}
+    return {**padded, **{name: torch.cat([getattr(graph, name), getattr(graph, name).new_zeros(added)])
+                         for name in names[1:]}}
+
+
+def edge_feature_columns(graph: Data, edge_index: torch.Tensor, edge_type: torch.Tensor,
+                         num_nodes: int) -> dict:
+    """The input graph's edge features on its edges of the interaction graph, NO_EDGE_ATTR / zero elsewhere.
+
+    Categorical features become one code per edge, 1 + their mixed-radix code (`edge_attr`), so that an
+    embedding table of `num_edge_attr_codes` rows reads them; continuous ones are carried as they are
+    (`edge_features`). The loaded edges are sorted by (src, dst) (`build_graph_set`); the interaction
+    graph's by (dst, src): each graph edge finds its row by a binary search over the loaded keys.
+    """
+    codes, floats = getattr(graph, "edge_attr_cat", None), getattr(graph, "edge_attr", None)
+    if codes is None and floats is None:
+        return {}
+    loaded = graph.edge_index[0] * num_nodes + graph.edge_index[1]  # [E_in] sorted keys
+    is_graph_edge = edge_type.long() == EDGE_TYPES.index("graph")  # [E]
+    positions = is_graph_edge.nonzero().flatten()
+    keys = edge_index[0].long()[positions] * num_nodes + edge_index[1].long()[positions]
+    rows = torch.searchsorted(loaded, keys)  # [E_graph] the loaded row of each graph edge
+    columns = {}
+    if codes is not None:
+        sizes = torch.tensor(graph.edge_attr_cat_sizes, dtype=torch.int64)
+        radix = torch.cat([sizes.new_ones(1), sizes.cumprod(0)[:-1]])  # [Ce]
+        edge_attr = torch.full((edge_type.numel(),), NO_EDGE_ATTR, dtype=torch.int64)
+        edge_attr[positions] = 1 + (codes[rows].long() * radix).sum(1)
+        columns.update(edge_attr=edge_attr, num_edge_attr_codes=1 + int(sizes.prod()))
+    if floats is not None:
+        edge_features = torch.zeros(edge_type.numel(), floats.shape[1])
+        edge_features[positions] = floats[rows].float()
+        columns["edge_features"] = edge_features
+    return columns
+
+
+def _node_graph(graph: Data, virtual_nodes: int, tokens: SubstructureTokens | None) -> torch.Tensor:
+    """The graph of every interaction-graph node: real nodes by `graph_ptr`, then virtual nodes, then tokens
+    (each in its members' graph)."""
+    sizes = graph.graph_ptr.diff()
+    real = torch.repeat_interleave(torch.arange(sizes.numel()), sizes)  # [n]
+    if virtual_nodes:
+        raise NotImplementedError("virtual nodes on a dataset of many graphs: one set per graph (to come)")
+    if tokens is None:
+        return real
+    first_member = torch.from_numpy(tokens.selection.members[tokens.selection.ptr[:-1]]).long()  # [T]
+    return torch.cat([real, real[first_member]])
 
 
 def _receptive_field_blocks(

@@ -13,6 +13,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from sgt_core.tasks import Task
+
 # Edge-type ids are global and fixed, so embeddings and exported names mean the same thing everywhere.
 # New types are appended, never inserted, so existing ids keep their meaning.
 EDGE_TYPES: tuple[str, ...] = ("graph", "self", "expander", "virtual", "anchor", "khop", "substructure")
@@ -40,23 +42,33 @@ STORED_DTYPES: dict[str, torch.dtype] = {
     "edge_index": torch.int32,
     "edge_type": torch.int8,
     "edge_spd": torch.int16,
+    "edge_attr": torch.int16,
     "node_kind": torch.int8,
     "token_type": torch.int8,
+    "node_graph": torch.int32,
+    "x_cat": torch.int16,
 }
 # The fields `InteractionGraph.load(..., compact=True)` leaves as stored: the per-edge ones.
-COMPACT_EDGE_FIELDS: tuple[str, ...] = ("edge_index", "edge_type", "edge_spd")
+COMPACT_EDGE_FIELDS: tuple[str, ...] = ("edge_index", "edge_type", "edge_spd", "edge_attr")
+# edge_attr's code of an edge without categorical features (every edge but the input graph's own).
+NO_EDGE_ATTR = 0
 
 
 @dataclass(frozen=True)
 class InteractionGraph:
-    """A graph's nodes plus the typed attention edges between them.
+    """A graph's nodes plus the typed attention edges between them; for a dataset of many graphs, the
+    disjoint union of each graph's own interaction graph, no edge joining two graphs.
 
-    Node order: the input graph's nodes, then virtual nodes, then substructure tokens.
+    Node order: the input graph's nodes (graph by graph), then virtual nodes, then substructure tokens.
+
+    Targets are one per node for node tasks and one per graph for graph tasks (`task`); the split masks
+    are over the same targets.
 
     Attributes:
-        x: float32 [N, F] node features; rows of added nodes are zero.
-        y: int64 [N] labels; -1 for added nodes.
-        train_mask, val_mask, test_mask: bool [N]; always False for added nodes.
+        x: float32 [N, F] continuous node features (F may be 0); rows of added nodes are zero.
+        y: node tasks: int64 [N] class ids (-1 for added nodes), or float32 [N, T] multi-label targets
+            (NaN: unknown, and on added nodes); graph tasks: int64 [G] class ids or float32 [G, T].
+        train_mask, val_mask, test_mask: bool over the targets, [N] (always False for added nodes) or [G].
         node_kind: int64 [N] index into NODE_KINDS.
         edge_index: int64 [2, E] (src, dst), sorted by dst then src, so each node's incoming
             edges are one contiguous CSR segment (see `ptr`).
@@ -73,7 +85,17 @@ class InteractionGraph:
             per node (SAN's LPE input); m = 0 when the LPE is off.
         eigen_mask: bool [N, m] False on padding (fewer than m eigenpairs) and on every added node's row.
         num_real_nodes: the first `num_real_nodes` rows are the input graph's nodes.
-        num_classes: number of label classes.
+        num_outputs: the networks' output columns: classes, or tasks T (multi-label, regression).
+        task, metric: the dataset's task and the metric that selects the best epoch (`sgt_core.tasks`).
+        num_graphs: G, the graphs of the dataset (1 for one graph).
+        node_graph: int64 [N] the graph of every node, added nodes included; [0] when G = 1.
+        x_cat: int64 [N, C] categorical node features (atom types), -1 on added nodes; [N, 0] without.
+        x_cat_sizes: each categorical column's vocabulary size (C entries).
+        edge_attr: int64 [E] code of each edge's categorical features (bond types): NO_EDGE_ATTR (0) on
+            every edge but the input graph's own, 1 + the features' mixed-radix code there; [0] without.
+        num_edge_attr_codes: rows of an edge-feature table (1 + the product of the vocabularies); 0 without.
+        edge_features: float32 [E, Fe] continuous edge features (zero on added edges); [E, 0] without.
+        notes: short facts every report of a run on this graph carries (e.g. which training set was used).
 
     The int64 fields above are what `load` gives; a graph built with `build_interaction_graph(...,
     compact=True)` (the preprocess stage's) holds them in the narrower `STORED_DTYPES` instead.
@@ -95,8 +117,25 @@ class InteractionGraph:
     eigenvectors: Tensor
     eigen_mask: Tensor
     num_real_nodes: int
-    num_classes: int
+    num_outputs: int
+    task: str = "node_classification"
+    metric: str = "accuracy"
+    num_graphs: int = 1
+    node_graph: Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.int64))
+    x_cat: Tensor | None = None
+    x_cat_sizes: list = field(default_factory=list)
+    edge_attr: Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.int64))
+    num_edge_attr_codes: int = 0
+    edge_features: Tensor | None = None
+    notes: dict = field(default_factory=dict)
     stats: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Fields a graph built before they existed (or by a test by hand) leaves at their "none" forms.
+        if self.x_cat is None:
+            object.__setattr__(self, "x_cat", torch.zeros(self.num_nodes, 0, dtype=torch.int64))
+        if self.edge_features is None:
+            object.__setattr__(self, "edge_features", torch.zeros(self.num_edges, 0))
 
     @property
     def num_nodes(self) -> int:
@@ -111,6 +150,15 @@ class InteractionGraph:
         return int(self.token_type.shape[0])
 
     @property
+    def graph_level(self) -> bool:
+        """Whether targets belong to graphs (one per graph) rather than to nodes."""
+        return self.task.startswith("graph")
+
+    def task_spec(self, regression_loss: str = "l1") -> Task:
+        """The task both stages train and evaluate by (loss, metrics, direction)."""
+        return Task(self.task, self.metric, self.num_outputs, regression_loss)
+
+    @property
     def ptr(self) -> Tensor:
         """CSR row pointer over destinations: node i's incoming edges are ptr[i]:ptr[i+1]. int64 [N+1]."""
         counts = torch.bincount(self.edge_index[1], minlength=self.num_nodes)
@@ -123,7 +171,10 @@ class InteractionGraph:
         """
         return {
             "in_features": int(self.x.shape[1]),
-            "num_classes": self.num_classes,
+            "num_outputs": self.num_outputs,
+            "categorical_sizes": list(self.x_cat_sizes),
+            "num_edge_attr_codes": self.num_edge_attr_codes,
+            "edge_feature_dim": int(self.edge_features.shape[1]),
             "num_edge_types": len(EDGE_TYPES),
             "num_node_kinds": len(NODE_KINDS),
             "num_spd_buckets": self.num_spd_buckets,

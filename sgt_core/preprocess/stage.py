@@ -121,6 +121,6 @@ def run_preprocess(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[st
         **_graph_statistics(graph.edge_index, graph.num_nodes, interaction_graph),
         **metrics,
         "num_features": graph.num_features,
-        "num_classes": graph.num_classes,
+        "num_outputs": interaction_graph.num_outputs,
         "num_input_edges": graph.num_edges,
     }
