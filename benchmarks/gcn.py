@@ -7,8 +7,8 @@ import torch.nn.functional as F
 from torch_geometric.nn import GCNConv
 
 from sgt_core.data import load_dataset
-from sgt_core.metrics import evaluate
 from sgt_core.seeding import seed_everything
+from sgt_core.tasks import Task, default_metric
 
 
 class GCN(torch.nn.Module):
@@ -27,6 +27,7 @@ def train_gcn(cfg: dict, hidden: int = 64, dropout: float = 0.5, lr: float = 0.0
     seed_everything(cfg["seed"])
     graph = load_dataset(cfg["dataset"], seed=cfg["seed"])
     model = GCN(graph.num_features, hidden, graph.num_classes, dropout)
+    task = Task("node_classification", default_metric("node_classification", graph.num_classes), graph.num_classes)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=5e-4)
     best_val, best_test = float("-inf"), float("nan")
     for _ in range(epochs):
@@ -38,7 +39,7 @@ def train_gcn(cfg: dict, hidden: int = 64, dropout: float = 0.5, lr: float = 0.0
         model.eval()
         with torch.no_grad():
             logits = model(graph.x, graph.edge_index)
-        val = evaluate(logits[graph.val_mask], graph.y[graph.val_mask], graph.num_classes)
+        val = task.value(task.metric, logits[graph.val_mask], graph.y[graph.val_mask])
         if val > best_val:
-            best_val, best_test = val, evaluate(logits[graph.test_mask], graph.y[graph.test_mask], graph.num_classes)
+            best_val, best_test = val, task.value(task.metric, logits[graph.test_mask], graph.y[graph.test_mask])
     return best_test

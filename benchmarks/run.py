@@ -30,7 +30,6 @@ from sgt_core.config import compose_config
 from sgt_core.export.outputs import SCORES_DIR
 from sgt_core.export.scores import read_attention_scores
 from sgt_core.kernels import cpu_kernels
-from sgt_core.metrics import metric_name
 from sgt_core.pipeline import STAGES, stage_environment, stage_keys
 from sgt_core.preprocess.interaction_graph import InteractionGraph
 from sgt_core.preprocess.outputs import INTERACTION_GRAPH_FILE
@@ -230,7 +229,7 @@ def run_one(store: ArtifactStore, dataset: str, variant: str, seed: int) -> dict
     keys = stage_keys(cfg)
     results = {stage.name: run_stage(store, stage, cfg, keys) for stage in STAGES}
     graph = InteractionGraph.load(store.path("preprocess", keys["preprocess"]) / INTERACTION_GRAPH_FILE)
-    metric = metric_name(graph.num_classes)
+    metric = graph.metric
     train = results["train"]["metrics"]
     # With DDP the train stage's own process only launches torchrun: its peak is the largest rank's.
     rank_peaks = results["train"].get("rank_peaks_mb") or [results["train"]["peak_rss_mb"]]

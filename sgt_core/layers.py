@@ -43,6 +43,8 @@ class SampledLayer:
         neighbour_spd: int64 [Q, deg] SPD bucket of each sampled edge (0: none), or None when the graph
             has no SPD encoding.
         propagation: the local branch's top-k propagation rows of the queries, or None without them.
+        neighbour_attr: int64 [Q, deg] categorical feature code of each sampled edge (0: none), or None
+            when the graph has no edge features.
     """
 
     queries: Tensor
@@ -51,6 +53,7 @@ class SampledLayer:
     neighbour_mask: Tensor
     neighbour_spd: Tensor | None = None
     propagation: PropagationRows | None = None
+    neighbour_attr: Tensor | None = None
 
     def queries_are_input_rows(self, num_rows: int) -> bool:
         """Whether query q is input row q for each of the layer's `num_rows` input rows (a full-graph layer)."""
@@ -59,9 +62,11 @@ class SampledLayer:
 
     def to(self, device) -> SampledLayer:
         spd = self.neighbour_spd.to(device) if self.neighbour_spd is not None else None
+        attr = self.neighbour_attr.to(device) if self.neighbour_attr is not None else None
         propagation = self.propagation.to(device) if self.propagation is not None else None
         tensors = (self.queries, self.neighbours, self.neighbour_type, self.neighbour_mask)
-        return SampledLayer(*(t.to(device) for t in tensors), neighbour_spd=spd, propagation=propagation)
+        return SampledLayer(*(t.to(device) for t in tensors), neighbour_spd=spd, propagation=propagation,
+                            neighbour_attr=attr)
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ class FullLayer:
         in_degree: int64 [N] incoming edges per node.
         edge_spd: int64 [E] SPD bucket of each edge, or None.
         propagation: the local branch's top-k propagation rows of every node, or None without them.
+        edge_attr: int64 [E] categorical feature code of each edge (0: none), or None.
     """
 
     edge_index: Tensor
@@ -81,3 +87,4 @@ class FullLayer:
     in_degree: Tensor
     edge_spd: Tensor | None = None
     propagation: PropagationRows | None = None
+    edge_attr: Tensor | None = None

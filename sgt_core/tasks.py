@@ -127,6 +127,30 @@ class Task:
             return F.l1_loss(outputs[known], targets[known])
         return F.mse_loss(outputs[known], targets[known])
 
+    def loss_sum(self, outputs: Tensor, targets: Tensor) -> Tensor:
+        """The loss summed over the targets' rows (a row's known entries averaged as in `loss`): what a
+        rank of a distributed run adds up before scaling by the global batch's row count."""
+        if self.kind == "classification":
+            return F.cross_entropy(outputs, targets, reduction="sum")
+        targets = targets.view(outputs.shape)
+        known = ~targets.isnan()
+        per_entry = (F.binary_cross_entropy_with_logits if self.kind == "multilabel" else
+                     F.l1_loss if self.regression_loss == "l1" else F.mse_loss)
+        return per_entry(outputs[known], targets[known], reduction="sum") / outputs.shape[1]
+
+    def prior(self, targets: Tensor) -> Tensor:
+        """What the outputs [C] should be before any learning, from the training targets: the classes' log
+        prior (centred), each task's log-odds, or each regression target's mean."""
+        if self.kind == "classification":
+            log_prior = torch.bincount(targets.cpu(), minlength=self.num_outputs).float().clamp_min(1).log()
+            return log_prior - log_prior.mean()
+        targets = targets.view(targets.shape[0], -1).float().cpu()
+        mean = torch.nanmean(targets, dim=0).nan_to_num(0.0)  # [T]
+        if self.kind == "regression":
+            return mean
+        rate = mean.clamp(1e-4, 1 - 1e-4)
+        return (rate / (1 - rate)).log()
+
     def value(self, name: str, outputs: Tensor, targets: Tensor) -> float:
         """Metric `name` of `outputs` [U, O] against `targets`; NaN where the targets leave it undefined."""
         outputs = outputs.detach().float().cpu()

@@ -5,7 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sgt_core.config.network import NetworkConfig
-from sgt_core.config.section import BOOLEAN, FRACTION, NON_NEGATIVE, POSITIVE, Section, checked, integer
+from sgt_core.config.section import (
+    BOOLEAN,
+    FRACTION,
+    NON_NEGATIVE,
+    NULL_OR_POSITIVE_INTEGER,
+    POSITIVE,
+    Section,
+    checked,
+    integer,
+    one_of,
+)
+
+# sgt_core.models.readout's READOUTS and sgt_core.tasks' REGRESSION_LOSSES, not imported: checking a config
+# imports no torch.
+READOUT_KINDS: tuple[str, ...] = ("mean", "sum", "virtual", "attention")
+REGRESSION_LOSS_NAMES: tuple[str, ...] = ("l1", "mse")
 
 
 @dataclass(frozen=True)
@@ -25,11 +40,14 @@ class EstimatorConfig(NetworkConfig):
     """`estimator` (Spexphormer section 4), trained on the full interaction graph on CPU.
 
     The network is `AttentionScoreEstimator`; `lr` and `weight_decay` are its `AdamW`'s arguments,
-    `warmup_epochs` and `epochs` its `CosineWithWarmup`'s.
+    `warmup_epochs` and `epochs` its `CosineWithWarmup`'s. On a dataset of many graphs `batch_size` is the
+    graphs per step (null: the whole union); `readout` is how a graph task pools (`GraphReadout`) and
+    `regression_loss` the loss of a regression task (`sgt_core.tasks.Task`).
     """
 
     PATH = "estimator"
-    TRAINING_FIELDS = ("epochs", "lr", "weight_decay", "warmup_epochs", "temperature")
+    TRAINING_FIELDS = ("epochs", "lr", "weight_decay", "warmup_epochs", "temperature", "batch_size",
+                       "regression_loss")
 
     width: int = checked(integer(1))
     num_layers: int = checked(integer(1))
@@ -44,3 +62,6 @@ class EstimatorConfig(NetworkConfig):
     lpe_heads: int
     memory_efficient: bool = checked(BOOLEAN)
     temperature: TemperatureConfig
+    batch_size: int | None = checked(NULL_OR_POSITIVE_INTEGER)
+    readout: str = checked(one_of(*READOUT_KINDS))
+    regression_loss: str = checked(one_of(*REGRESSION_LOSS_NAMES))

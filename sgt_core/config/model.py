@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sgt_core.config.estimator import READOUT_KINDS
 from sgt_core.config.network import NetworkConfig
 from sgt_core.config.section import (
     BOOLEAN,
@@ -40,7 +41,7 @@ class ModelConfig(NetworkConfig):
     deepnorm: bool = checked(BOOLEAN)
     # the values of sgt_core.models.local_message_passing's LOCAL_KINDS and SAGE_AGGREGATIONS; not imported,
     # so that reading the configuration never imports torch_geometric
-    local: str = checked(one_of("none", "gcn", "sage", "gatv2"))
+    local: str = checked(one_of("none", "gcn", "sage", "gatv2", "gine"))
     local_aggregation: str = checked(one_of("mean", "sum"))
     local_steps: int = checked(integer(1))
     local_teleport: float = checked(PROBABILITY_BELOW_ONE)
@@ -50,6 +51,7 @@ class ModelConfig(NetworkConfig):
     lpe_dim: int
     lpe_layers: int
     lpe_heads: int
+    readout: str = checked(one_of(*READOUT_KINDS))
 
     def relation_problems(self) -> list[Problem]:
         problems = []

@@ -22,6 +22,8 @@ SCHEMA = pa.schema(
         ("src", pa.int64()),
         ("edge_type", pa.dictionary(pa.int8(), pa.string())),
         ("score", pa.float32()),
+        # the graph of the edge (both ends lie in it) in a dataset of many graphs; 0 for one graph
+        ("graph_id", pa.int32()),
     ]
 )
 
@@ -63,7 +65,7 @@ def destination_offsets(dst: Tensor) -> Tensor:
 
 def write_attention_scores(
     layer_scores: Tensor, edge_index: Tensor, edge_type: Tensor, edge_type_names: tuple[str, ...], out_dir: Path,
-    max_candidates_per_node: int | None = None, ptr: Tensor | None = None,
+    max_candidates_per_node: int | None = None, ptr: Tensor | None = None, node_graph: Tensor | None = None,
 ) -> list[Path]:
     """Writes one Parquet file per layer: one row per attention edge, in the interaction graph's edge order.
 
@@ -77,6 +79,8 @@ def write_attention_scores(
         edge_type: int [E] indices into `edge_type_names`.
         ptr: the graph's CSR offsets by destination (`InteractionGraph.ptr`); derived from `edge_index`
             when not given. Read only with `max_candidates_per_node`.
+        node_graph: int [N] the graph of every node of a dataset of many graphs (the `graph_id` column is
+            its destination's); None: one graph, `graph_id` 0.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     names = pa.array(list(edge_type_names))
@@ -101,6 +105,8 @@ def write_attention_scores(
                     pa.array(edge_index[0, edges].numpy().astype(np.int64, copy=False)),
                     pa.DictionaryArray.from_arrays(pa.array(edge_type[edges].numpy().astype(np.int8)), names),
                     pa.array(kept_scores[start:end].numpy()),
+                    pa.array(np.zeros(end - start, dtype=np.int32) if node_graph is None
+                             else node_graph[edge_index[1, edges].long()].numpy().astype(np.int32, copy=False)),
                 ], schema=SCHEMA))
         paths.append(path)
     return paths

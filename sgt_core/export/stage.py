@@ -31,7 +31,8 @@ def run_export(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, f
     scores_dir = out_dir / SCORES_DIR
     export = ExportConfig.from_dict(cfg["export"])
     write_attention_scores(layer_scores, graph.edge_index, graph.edge_type, EDGE_TYPES, scores_dir,
-                           max_candidates_per_node=export.max_candidates_per_node, ptr=graph.ptr)
+                           max_candidates_per_node=export.max_candidates_per_node, ptr=graph.ptr,
+                           node_graph=graph.node_graph if graph.num_graphs > 1 else None)
     summary = summarise_scores(scores_dir)
     worst = max(row[4] for row in summary["per_layer"])
     if worst > NORMALISATION_TOLERANCE:

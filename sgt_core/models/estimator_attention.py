@@ -9,10 +9,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from sgt_core.models.fused_edge_attention import CompactEdges, compact_edges, fused_edge_attention
+from sgt_core.models.edge_codes import (
+    code_tables,
+    combined_code,
+    one_hot_code_tables,
+    one_hot_codes,
+    used_codes,
+)
+from sgt_core.models.fused_edge_attention import CODE_DTYPE, CompactEdges, compact_edges, fused_edge_attention
 
 # exp(30) times a million edges stays far inside float32's range, which the max-free softmax relies on.
 MAX_LOGIT_CLIP = 30.0
+# The codes the fused kernels read (uint8): a larger code space is renumbered over the codes that occur.
+COMPACT_CODES = torch.iinfo(CODE_DTYPE).max + 1
 
 
 @dataclass(frozen=True)
@@ -24,12 +33,16 @@ class AttentionEdges:
     (`EstimatorAttention.prepare`) instead of once per layer and epoch.
 
     Attributes:
-        edge_index [2, E] sorted by dst, edge_type [E], edge_spd [E] or None: as the graph holds them;
-            None with `compact`, which holds all the fused operator reads, so that a caller can let the
-            graph's own edge tensors go (7 bytes per edge for a compact graph).
+        edge_index [2, E] sorted by dst, edge_type [E], edge_spd [E] or None, edge_attr [E] or None: as
+            the graph holds them; None with `compact`, which holds all the fused operator reads, so that a
+            caller can let the graph's own edge tensors go (7 bytes per edge for a compact graph).
         in_degree int64 [N], ptr int64 [N + 1]: the CSR segments over destinations.
-        code [E]: each edge's row in the fused kernels' E and B tables (`type_and_distance_code`).
-        with_spd: whether the codes include the SPD bucket (`code_tables` then adds its rows).
+        code [E]: each edge's row in the fused kernels' E and B tables (`combined_code`, renumbered over
+            `rows` when they are given).
+        with_spd, with_attr: whether the codes include the SPD bucket and the feature code (`code_tables`
+            then adds their rows).
+        rows: int64 [C'] the full table's rows that `code` numbers 0..C'-1, where the full table would
+            exceed the kernels' 256 codes (`used_codes`); None: `code` is the full table's row.
         compact: the int32 / uint8 edges and their grouping by source that `sgt::edge_attention` reads;
             None on the plain autograd path.
     """
@@ -42,6 +55,9 @@ class AttentionEdges:
     code: Tensor
     with_spd: bool
     compact: CompactEdges | None
+    edge_attr: Tensor | None = None
+    with_attr: bool = False
+    rows: Tensor | None = None
 
 
 class EdgeTypedAttention(nn.Module):
@@ -49,18 +65,22 @@ class EdgeTypedAttention(nn.Module):
 
     E_t scales the keys and B_t adds to the logits, a row per edge type t; with `num_spd_buckets` > 1,
     E^spd_b and B^spd_b add to them for shortest-path-distance bucket b > 0, with rows for buckets 1.. only:
-    bucket 0 (no encoding) is a fixed zero. E starts at one, B, E^spd and B^spd at zero.
+    bucket 0 (no encoding) is a fixed zero; with `num_edge_attr_codes` > 1, E^attr_a and B^attr_a add to
+    them for an input-graph edge of feature code a > 0 (its bond type: Exphormer feeds dataset edge
+    features to the local edges' attention), code 0 (none) a fixed zero (`sgt_core.models.edge_codes`).
+    E starts at one, B and every added table at zero.
 
     Args:
         width: feature width (the heads side by side).
-        bias_width: columns of B and B^spd: one per head.
+        bias_width: columns of B, B^spd and B^attr: one per head.
         num_edge_types: edge types t (rows of E and B).
         num_spd_buckets: SPD buckets b = 0..num_spd_buckets-1 (0 or 1: no SPD terms).
         value_scale: a learned scale s of the values, starting at sqrt(width) (the estimator's).
+        num_edge_attr_codes: edge-feature codes a = 0..num_edge_attr_codes-1 (0 or 1: no feature terms).
     """
 
     def __init__(self, width: int, bias_width: int, num_edge_types: int, num_spd_buckets: int,
-                 value_scale: bool = False) -> None:
+                 value_scale: bool = False, num_edge_attr_codes: int = 0) -> None:
         super().__init__()
         self.width = width
         self.query = nn.Linear(width, width)
@@ -71,6 +91,9 @@ class EdgeTypedAttention(nn.Module):
         spd_rows = num_spd_buckets - 1
         self.spd_scale = nn.Parameter(torch.empty(spd_rows, width)) if spd_rows > 0 else None  # E^spd_b
         self.spd_bias = nn.Parameter(torch.empty(spd_rows, bias_width)) if spd_rows > 0 else None  # B^spd_b
+        attr_rows = num_edge_attr_codes - 1
+        self.attr_scale = nn.Parameter(torch.empty(attr_rows, width)) if attr_rows > 0 else None  # E^attr_a
+        self.attr_bias = nn.Parameter(torch.empty(attr_rows, bias_width)) if attr_rows > 0 else None  # B^attr_a
         self.value_scale = nn.Parameter(torch.empty(())) if value_scale else None  # s
         self.out = nn.Linear(width, width)
 
@@ -79,11 +102,32 @@ class EdgeTypedAttention(nn.Module):
             linear.reset_parameters()
         nn.init.ones_(self.edge_scale.weight)
         nn.init.zeros_(self.edge_bias.weight)
-        if self.spd_scale is not None:
-            nn.init.zeros_(self.spd_scale)
-            nn.init.zeros_(self.spd_bias)
+        for table in (self.spd_scale, self.spd_bias, self.attr_scale, self.attr_bias):
+            if table is not None:
+                nn.init.zeros_(table)
         if self.value_scale is not None:
             nn.init.constant_(self.value_scale, math.sqrt(self.width))
+
+    @property
+    def num_spd(self) -> int:
+        """S: the SPD buckets of the code space (1: no SPD terms)."""
+        return 1 if self.spd_scale is None else self.spd_scale.shape[0] + 1
+
+    @property
+    def num_attr(self) -> int:
+        """A: the edge-feature codes of the code space (1: no feature terms)."""
+        return 1 if self.attr_scale is None else self.attr_scale.shape[0] + 1
+
+    def tables(self, with_spd: bool = True, with_attr: bool = True) -> tuple[Tensor, Tensor]:
+        """E and B for every code (`code_tables`), without the SPD or feature terms where the edges lack them."""
+        return code_tables(self.edge_scale.weight, self.edge_bias.weight,
+                           self.spd_scale if with_spd else None, self.spd_bias,
+                           self.attr_scale if with_attr else None, self.attr_bias)
+
+    def one_hot_tables(self) -> tuple[Tensor, Tensor]:
+        """E and B rows in `one_hot_codes`' column order."""
+        return one_hot_code_tables(self.edge_scale.weight, self.edge_bias.weight, self.spd_scale, self.spd_bias,
+                                   self.attr_scale, self.attr_bias)
 
 
 class EstimatorAttention(EdgeTypedAttention):
@@ -111,10 +155,11 @@ class EstimatorAttention(EdgeTypedAttention):
         memory_efficient: compute through `fused_edge_attention` (the `sgt::edge_attention` operator),
             which keeps 5 bytes per edge for the backward pass instead of ~200 (compiled on the CPU,
             chunked torch elsewhere); False runs the plain autograd version below, its reference.
+        num_edge_attr_codes: categorical edge-feature codes (0 or 1: none), see `EdgeTypedAttention`.
 
     Shapes:
-        x [N, d], edge_index [2, E] (src, dst) sorted by dst, edge_type [E], edge_spd [E] or None
-        -> out [N, d], scores [E].
+        x [N, d], edge_index [2, E] (src, dst) sorted by dst, edge_type [E], edge_spd [E] or None,
+        edge_attr [E] or None -> out [N, d], scores [E].
     """
 
     def __init__(
@@ -124,15 +169,18 @@ class EstimatorAttention(EdgeTypedAttention):
         logit_clip: float = 8.0,
         num_spd_buckets: int = 0,
         memory_efficient: bool = False,
+        num_edge_attr_codes: int = 0,
     ) -> None:
         if not 0 < logit_clip <= MAX_LOGIT_CLIP:
             raise ValueError(f"logit_clip must be in (0, {MAX_LOGIT_CLIP}], got {logit_clip}")
-        super().__init__(width, 1, num_edge_types, num_spd_buckets, value_scale=True)
+        super().__init__(width, 1, num_edge_types, num_spd_buckets, value_scale=True,
+                         num_edge_attr_codes=num_edge_attr_codes)
         self.memory_efficient = memory_efficient
         self.logit_clip = logit_clip
         self.reset_parameters()
 
-    def prepare(self, edge_index: Tensor, edge_type: Tensor, edge_spd: Tensor | None, num_nodes: int) -> AttentionEdges:
+    def prepare(self, edge_index: Tensor, edge_type: Tensor, edge_spd: Tensor | None, num_nodes: int,
+                edge_attr: Tensor | None = None) -> AttentionEdges:
         """The `AttentionEdges` of a graph for this layer and every layer configured like it.
 
         The memory-efficient path gets the compact edges that `sgt::edge_attention` reads, on any device.
@@ -140,13 +188,19 @@ class EstimatorAttention(EdgeTypedAttention):
         in_degree = torch.bincount(edge_index[1], minlength=num_nodes)  # [N]
         ptr = torch.zeros(num_nodes + 1, dtype=torch.int64, device=edge_index.device)
         torch.cumsum(in_degree, 0, out=ptr[1:])
-        code = type_and_distance_code(edge_type, edge_spd, self.spd_scale)
-        with_spd = code is not edge_type
-        num_codes = self.edge_scale.num_embeddings * (self.spd_scale.shape[0] + 1 if with_spd else 1)
+        with_spd = edge_spd is not None and self.spd_scale is not None
+        with_attr = edge_attr is not None and self.attr_scale is not None
+        code = combined_code(edge_type, edge_spd if with_spd else None, edge_attr if with_attr else None,
+                             self.num_spd if with_spd else 1, self.num_attr if with_attr else 1)
+        num_codes = self.edge_scale.num_embeddings * (self.num_spd if with_spd else 1) * (
+            self.num_attr if with_attr else 1)
         if self.memory_efficient:
-            compact = compact_edges(edge_index, code, ptr, num_codes)
-            return AttentionEdges(None, None, None, in_degree, ptr, compact.code, with_spd, compact)
-        return AttentionEdges(edge_index, edge_type, edge_spd, in_degree, ptr, code, with_spd, None)
+            code, rows = used_codes(code, num_codes, COMPACT_CODES)
+            compact = compact_edges(edge_index, code, ptr, num_codes if rows is None else rows.numel())
+            return AttentionEdges(None, None, None, in_degree, ptr, compact.code, with_spd, compact,
+                                  with_attr=with_attr, rows=rows)
+        return AttentionEdges(edge_index, edge_type, edge_spd, in_degree, ptr, code, with_spd, None,
+                              edge_attr=edge_attr, with_attr=with_attr)
 
     def forward(
         self,
@@ -156,10 +210,11 @@ class EstimatorAttention(EdgeTypedAttention):
         temperature: float = 1.0,
         edge_spd: Tensor | None = None,
         edges: AttentionEdges | None = None,
+        edge_attr: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         num_nodes, width = x.shape
         if edges is None:  # callers with several layers over one graph prepare it once
-            edges = self.prepare(edge_index, edge_type, edge_spd, num_nodes)
+            edges = self.prepare(edge_index, edge_type, edge_spd, num_nodes, edge_attr)
         if self.memory_efficient:
             return self._forward_fused(x, edges, temperature)
         src, dst = edge_index.long()  # the reference path: plain autograd on small graphs
@@ -171,11 +226,11 @@ class EstimatorAttention(EdgeTypedAttention):
         # small matmul, [E, d] @ [d, C] -> [E, C]; a one-hot mask then keeps each edge's own type and
         # bucket, and summing them gives (E_t + E^spd_b) and B_t + B^spd_b. Its backward is elementwise,
         # where an embedding lookup or a gather would scatter E gradients every step (half the epoch's time).
-        scale, bias = one_hot_code_tables(self.edge_scale.weight, self.edge_bias.weight, self.spd_scale,
-                                          self.spd_bias)  # [C, d], [C, 1]
+        scale, bias = self.one_hot_tables()  # [C, d], [C, 1]
         per_code = (query * key) @ scale.t() / math.sqrt(width) + bias.t()  # [E, C]
-        codes = edge_codes(edge_type.long(), None if edge_spd is None else edge_spd.long(),
-                           self.edge_scale.num_embeddings, self.spd_scale)  # [E, C]
+        codes = one_hot_codes(edge_type, edge_spd if edges.with_spd else None,
+                              edges.edge_attr if edges.with_attr else None, self.edge_scale.num_embeddings,
+                              self.num_spd, self.num_attr)  # [E, C]
         codes = codes.to(per_code.dtype)
         logits = (per_code * codes).sum(-1)  # [E]
         logits = (logits / temperature).clamp(-self.logit_clip, self.logit_clip)
@@ -190,74 +245,13 @@ class EstimatorAttention(EdgeTypedAttention):
         return self.out(out), scores
 
     def _forward_fused(self, x: Tensor, edges: AttentionEdges, temperature: float) -> tuple[Tensor, Tensor]:
-        """The same attention through the fused kernel: one code per edge, type * buckets + bucket."""
+        """The same attention through the fused kernel: one code per edge (`combined_code`)."""
         value = self.value_scale * F.normalize(self.value(x), dim=-1)  # [N, d]
-        scale, bias = code_tables(self.edge_scale.weight, self.edge_bias.weight,
-                                  self.spd_scale if edges.with_spd else None, self.spd_bias)  # [C, d], [C, 1]
+        scale, bias = self.tables(edges.with_spd, edges.with_attr)  # [C, d], [C, 1]
+        if edges.rows is not None:  # the codes number only the rows the graph uses
+            scale, bias = scale.index_select(0, edges.rows), bias.index_select(0, edges.rows)
         out, scores = fused_edge_attention(
             self.query(x), self.key(x), value, scale, bias.squeeze(1), edges.edge_index, edges.code,
             edges.in_degree, temperature, self.logit_clip, edges.compact,
         )
         return self.out(out), scores
-
-
-def type_and_distance_code(edge_type: Tensor, edge_spd: Tensor | None, spd_table: Tensor | None) -> Tensor:
-    """Each edge's (or slot's) row in `code_tables`: its type, or type * buckets + SPD bucket.
-
-    The type itself (no copy) when the model has no SPD terms or the graph no SPD buckets; otherwise
-    computed in int16 at least, since graphs may hold types as int8.
-    """
-    if spd_table is None or edge_spd is None:
-        return edge_type
-    return edge_type.to(torch.int16) * (spd_table.shape[0] + 1) + edge_spd
-
-
-def code_tables(
-    scale: Tensor, bias: Tensor, spd_scale: Tensor | None, spd_bias: Tensor | None
-) -> tuple[Tensor, Tensor]:
-    """The E and B rows of the fused kernels' codes (`prepare_edges`), one row per code.
-
-    Without SPD terms (spd_scale None) the code is the edge type. With them it is the (type, SPD bucket)
-    pair, type * buckets + bucket, whose rows are E_t + E^spd_b and B_t + B^spd_b; bucket 0 adds nothing.
-
-    Shapes:
-        scale [T, d], bias [T, h]; spd_scale [B - 1, d], spd_bias [B - 1, h] -> [C, d], [C, h].
-    """
-    if spd_scale is None:
-        return scale, bias
-    spd_scale = torch.cat([spd_scale.new_zeros(1, spd_scale.shape[1]), spd_scale])  # [B, d]
-    spd_bias = torch.cat([spd_bias.new_zeros(1, spd_bias.shape[1]), spd_bias])  # [B, h]
-    return ((scale[:, None] + spd_scale[None]).flatten(0, 1),  # [T * B, d]
-            (bias[:, None] + spd_bias[None]).flatten(0, 1))  # [T * B, h]
-
-
-def one_hot_code_tables(
-    scale: Tensor, bias: Tensor, spd_scale: Tensor | None, spd_bias: Tensor | None
-) -> tuple[Tensor, Tensor]:
-    """The E and B rows that `edge_codes`' columns select: edge types first, then SPD buckets 1..
-
-    Shapes:
-        scale [T, d], bias [T, h]; spd_scale [B - 1, d], spd_bias [B - 1, h] or None
-        -> [C, d], [C, h] with C = T (+ B - 1).
-    """
-    if spd_scale is None:
-        return scale, bias
-    return torch.cat([scale, spd_scale]), torch.cat([bias, spd_bias])
-
-
-def edge_codes(
-    edge_type: Tensor, edge_spd: Tensor | None, num_edge_types: int, spd_table: Tensor | None
-) -> Tensor:
-    """One-hot codes of each edge's type and, when the model has SPD terms, its SPD bucket.
-
-    Bucket 0 (no distance encoding) has no column, so it adds nothing; without SPD terms or without
-    `edge_spd` the codes are the types alone.
-
-    Shapes:
-        edge_type [*], edge_spd [*] or None -> int64 [*, T] or [*, T + B - 1] (B - 1 = spd_table rows).
-    """
-    codes = F.one_hot(edge_type, num_edge_types)  # [*, T]
-    if spd_table is None or edge_spd is None:
-        return codes
-    spd = F.one_hot(edge_spd, spd_table.shape[0] + 1)[..., 1:]  # [*, B - 1]
-    return torch.cat([codes, spd], dim=-1)  # [*, T + B - 1]

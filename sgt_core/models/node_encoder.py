@@ -23,6 +23,7 @@ class NodeExtras:
         token_type: int64 [T] their substructure types.
         graph_degree: int64 [N] each row's real neighbour count: its incoming edges of the input graph
             (the wide network's local branch and degree signal).
+        categorical: int64 [N, C] each row's categorical features (atom types), -1 on added nodes.
 
     Each group is None when its component is off.
     """
@@ -34,6 +35,7 @@ class NodeExtras:
     token_adjacency: Tensor | None = None
     token_type: Tensor | None = None
     graph_degree: Tensor | None = None
+    categorical: Tensor | None = None
 
     @classmethod
     def from_graph(cls, graph, token_kind: int, graph_edge_type: int | None = None) -> NodeExtras:
@@ -48,6 +50,7 @@ class NodeExtras:
             graph_degree = None
         return cls(
             graph_degree=graph_degree,
+            categorical=graph.x_cat if graph.x_cat.shape[1] else None,
             eigenvalues=graph.eigenvalues if lpe else None,
             eigenvectors=graph.eigenvectors if lpe else None,
             eigen_mask=graph.eigen_mask if lpe else None,
@@ -64,6 +67,8 @@ class NodeExtras:
                        "eigen_mask": self.eigen_mask[rows]}  # [R, m] each
         if self.graph_degree is not None:
             per_row["graph_degree"] = self.graph_degree[rows]  # [R]
+        if self.categorical is not None:
+            per_row["categorical"] = self.categorical[rows]  # [R, C]
         if self.token_rows is None:
             return NodeExtras(**per_row)
         # token_rows is sorted (tokens are found in row order), so searchsorted finds each row's token.
@@ -83,11 +88,13 @@ class NodeEncoder(nn.Module):
 
     .. math::
         h_v = \begin{cases}
-            W\,[x_v \,\Vert\, \mathrm{LPE}(\lambda, \phi_v)] + b + K_{\kappa_v} & \text{real, virtual} \\
+            W\,[x_v \,\Vert\, \mathrm{LPE}(\lambda, \phi_v)] + b + \sum_c A^c_{x^c_v} + K_{\kappa_v} & \text{real, virtual} \\
             \mathrm{SubstructureEncoder}(a_v, \tau_v) + K_{\kappa_v} & \text{substructure tokens}
         \end{cases}
 
-    K is a learned node-kind embedding (kind κ: real, virtual, substructure). The LPE (SAN, Kreuzer et al.,
+    K is a learned node-kind embedding (kind κ: real, virtual, substructure); A^c embeds the code of
+    categorical column c (atom types, OGB's AtomEncoder: one table per column, summed), zero on added
+    nodes (code -1). Without continuous features (F = 0) and LPE there is no W. The LPE (SAN, Kreuzer et al.,
     2021) is concatenated to the features before the linear encoder when `lpe_eigenpairs` and `lpe_dim`
     are both positive; added nodes have a fully masked spectrum, so their LPE is zero. Tokens (DeepGraph,
     Zhao et al., 2023) take the encoding of their substructure instead of the feature encoder.
@@ -101,9 +108,10 @@ class NodeEncoder(nn.Module):
         lpe_layers, lpe_heads: the LPE's Transformer encoder size.
         token_size: side s of the tokens' padded adjacency (0: no tokens).
         num_token_types: substructure types (rows of the token type embedding).
+        categorical_sizes: the vocabulary of each categorical feature column (empty: none).
 
     Shapes:
-        x [N, F], node_kind [N], extras with [N, m] spectra and T token rows -> [N, D].
+        x [N, F], node_kind [N], extras with [N, m] spectra, [N, C] codes and T token rows -> [N, D].
     """
 
     def __init__(
@@ -117,10 +125,17 @@ class NodeEncoder(nn.Module):
         lpe_heads: int = 1,
         token_size: int = 0,
         num_token_types: int = 0,
+        categorical_sizes: list[int] | tuple[int, ...] = (),
     ) -> None:
         super().__init__()
         use_lpe = lpe_eigenpairs > 0 and lpe_dim > 0
-        self.features = nn.Linear(in_features + (lpe_dim if use_lpe else 0), hidden)
+        width = in_features + (lpe_dim if use_lpe else 0)
+        self.features = nn.Linear(width, hidden) if width else None
+        # One table for all columns: column c's code k is row 1 + offset_c + k; row 0 (code -1) stays zero.
+        sizes = torch.tensor([int(size) for size in categorical_sizes], dtype=torch.int64)
+        self.register_buffer("categorical_offsets", torch.cat([sizes.new_zeros(1), sizes.cumsum(0)[:-1]]) + 1
+                             if sizes.numel() else sizes, persistent=False)
+        self.categorical = (nn.Embedding(int(sizes.sum()) + 1, hidden, padding_idx=0) if sizes.numel() else None)
         self.node_kind_embedding = nn.Embedding(num_node_kinds, hidden)
         self.lpe = (
             LearnedPositionalEncoding(lpe_eigenpairs, lpe_dim, lpe_layers, lpe_heads) if use_lpe else None
@@ -132,6 +147,10 @@ class NodeEncoder(nn.Module):
         for module in (self.features, self.lpe, self.substructure):
             if module is not None:
                 module.reset_parameters()
+        if self.categorical is not None:  # OGB's AtomEncoder initialises its tables so
+            nn.init.xavier_uniform_(self.categorical.weight)
+            with torch.no_grad():
+                self.categorical.weight[0].zero_()
         # Zero, not nn.Embedding's N(0, 1): a unit-normal vector shared by every real node swamps the
         # features' ~0.3-sized encoding, the layer norms then see nearly identical inputs everywhere, and
         # on Minesweeper the width-8 estimator of some seeds never left the loss plateau (val ROC-AUC
@@ -145,7 +164,16 @@ class NodeEncoder(nn.Module):
                 raise ValueError("NodeEncoder has an LPE but got no eigenpairs (extras.eigenvalues is None)")
             positional = self.lpe(extras.eigenvalues, extras.eigenvectors, extras.eigen_mask)  # [N, k]
             x = torch.cat([x, positional], dim=1)  # [N, F + k]
-        h = self.features(x)  # [N, D]
+        if self.features is not None:
+            h = self.features(x)  # [N, D]
+        else:
+            h = x.new_zeros(x.shape[0], self.node_kind_embedding.embedding_dim)  # [N, D]
+        if self.categorical is not None:
+            if extras.categorical is None:
+                raise ValueError("NodeEncoder has categorical embeddings but extras.categorical is None")
+            codes = extras.categorical.long()  # [N, C]
+            rows = torch.where(codes >= 0, codes + self.categorical_offsets, 0)  # [N, C]; -1 -> the zero row
+            h = h + self.categorical(rows).sum(1)  # [N, D]
         if self.substructure is not None:
             if extras.token_rows is None:
                 raise ValueError("NodeEncoder has a substructure encoder but extras.token_rows is None")

@@ -7,13 +7,8 @@ import math
 import torch
 from torch import Tensor
 
-from sgt_core.models.estimator_attention import (
-    EdgeTypedAttention,
-    code_tables,
-    edge_codes,
-    one_hot_code_tables,
-    type_and_distance_code,
-)
+from sgt_core.models.edge_codes import combined_code, one_hot_codes
+from sgt_core.models.estimator_attention import EdgeTypedAttention
 from sgt_core.models.fused_slot_attention import fused_slot_attention
 
 
@@ -34,23 +29,28 @@ class SampledAttention(EdgeTypedAttention):
 
     With `num_spd_buckets` > 0, a slot whose edge has shortest-path-distance bucket b > 0 (AnchorGT's
     encoding on anchor and k-hop edges) uses E_t + E^spd_b and B_t + B^spd_b; bucket 0 adds nothing, and
-    E^spd, B^spd start at zero.
+    E^spd, B^spd start at zero. Categorical edge features (bond types) add E^attr_a and B^attr_a the same
+    way (`sgt_core.models.edge_codes`).
 
     Args:
         hidden: feature width D.
         heads: attention heads H (D must divide by H).
         num_edge_types: number of edge types t.
         num_spd_buckets: SPD buckets b = 0..num_spd_buckets-1 (0 or 1: no SPD terms).
+        num_edge_attr_codes: edge-feature codes a = 0..num_edge_attr_codes-1 (0 or 1: none).
 
     Shapes:
         query_x [Q, D], key_x [K, D], neighbours [Q, deg] (rows of key_x), neighbour_type [Q, deg],
-        neighbour_mask [Q, deg] bool, neighbour_spd [Q, deg] or None -> [Q, D].
+        neighbour_mask [Q, deg] bool, neighbour_spd [Q, deg] or None, neighbour_attr [Q, deg] or None
+        -> [Q, D].
     """
 
-    def __init__(self, hidden: int, heads: int, num_edge_types: int, num_spd_buckets: int = 0) -> None:
+    def __init__(self, hidden: int, heads: int, num_edge_types: int, num_spd_buckets: int = 0,
+                 num_edge_attr_codes: int = 0) -> None:
         if hidden % heads:
             raise ValueError(f"hidden width {hidden} is not divisible by {heads} heads")
-        super().__init__(hidden, heads, num_edge_types, num_spd_buckets)  # E's heads side by side, B per head
+        # E's heads side by side, B per head
+        super().__init__(hidden, heads, num_edge_types, num_spd_buckets, num_edge_attr_codes=num_edge_attr_codes)
         self.hidden, self.heads, self.head_dim = hidden, heads, hidden // heads
         self.reset_parameters()
 
@@ -62,13 +62,17 @@ class SampledAttention(EdgeTypedAttention):
         neighbour_type: Tensor,
         neighbour_mask: Tensor,
         neighbour_spd: Tensor | None = None,
+        neighbour_attr: Tensor | None = None,
     ) -> Tensor:
         # Project once per key node, then gather inside the kernel: cheaper than projecting Q * deg rows.
         kv_weight = torch.cat([self.key.weight, self.value.weight])  # [2D, D]: keys, then values
         kv_bias = torch.cat([self.key.bias, self.value.bias])  # [2D]
-        code = type_and_distance_code(neighbour_type, neighbour_spd, self.spd_scale).long()  # [Q, deg]
-        scale, bias = code_tables(self.edge_scale.weight, self.edge_bias.weight,
-                                  self.spd_scale if neighbour_spd is not None else None, self.spd_bias)  # [C, D], [C, H]
+        with_spd = neighbour_spd is not None and self.spd_scale is not None
+        with_attr = neighbour_attr is not None and self.attr_scale is not None
+        code = combined_code(neighbour_type, neighbour_spd if with_spd else None,
+                             neighbour_attr if with_attr else None, self.num_spd if with_spd else 1,
+                             self.num_attr if with_attr else 1).long()  # [Q, deg]
+        scale, bias = self.tables(with_spd, with_attr)  # [C, D], [C, H]
         out = fused_slot_attention(query_x, key_x, scale, bias, neighbours, code, neighbour_mask, self.heads,
                                    projections=(self.query.weight, self.query.bias, kv_weight, kv_bias))  # [Q, D]
         return self.out(out)
@@ -80,6 +84,7 @@ class SampledAttention(EdgeTypedAttention):
         edge_type: Tensor,
         in_degree: Tensor,
         edge_spd: Tensor | None = None,
+        edge_attr: Tensor | None = None,
     ) -> Tensor:
         """The same attention over every interaction-graph edge: the Exphormer-style baseline (no sampling).
 
@@ -87,16 +92,16 @@ class SampledAttention(EdgeTypedAttention):
 
         Shapes:
             x [N, D], edge_index [2, E] (src, dst) sorted by dst, edge_type [E], in_degree [N],
-            edge_spd [E] or None -> [N, D].
+            edge_spd [E] or None, edge_attr [E] or None -> [N, D].
         """
         src, dst = edge_index
         num_edges, heads, head_dim = src.numel(), self.heads, self.head_dim
         query = self.query(x).index_select(0, dst).view(num_edges, heads, head_dim)  # [E, H, dh]
         key_value = torch.cat([self.key(x), self.value(x)], dim=1)  # [N, 2D]
         key, value = key_value.index_select(0, src).split(self.hidden, dim=1)  # [E, D] x2
-        scale, bias = one_hot_code_tables(self.edge_scale.weight, self.edge_bias.weight, self.spd_scale,
-                                          self.spd_bias)  # [C, D], [C, H]
-        codes = edge_codes(edge_type, edge_spd, self.edge_bias.num_embeddings, self.spd_scale)
+        scale, bias = self.one_hot_tables()  # [C, D], [C, H]
+        codes = one_hot_codes(edge_type, edge_spd, edge_attr, self.edge_bias.num_embeddings, self.num_spd,
+                              self.num_attr)
         codes = codes.to(key.dtype)  # [E, C]
         key = (key * (codes @ scale)).view(num_edges, heads, head_dim)  # [E, H, dh]
         logits = (query * key).sum(-1) / math.sqrt(head_dim) + codes @ bias  # [E, H]

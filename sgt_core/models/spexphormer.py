@@ -8,8 +8,10 @@ from sgt_core.layers import FullLayer, SampledLayer
 from sgt_core.models.deep_norm import DeepNorm
 from sgt_core.models.dropout import Dropout
 from sgt_core.models.feed_forward import FeedForward
+from sgt_core.models.gine_branch import GINEBranch
 from sgt_core.models.local_message_passing import LocalMessagePassing
 from sgt_core.models.node_encoder import NodeEncoder, NodeExtras
+from sgt_core.models.readout import GraphReadout, GraphRows, prediction_head
 from sgt_core.models.sampled_attention import SampledAttention
 
 
@@ -29,7 +31,8 @@ class SpexphormerLayer(nn.Module):
     """
 
     def __init__(self, attention: SampledAttention, dropout: float, deepnorm: bool = False,
-                 num_layers: int = 1, local: LocalMessagePassing | None = None, feed_forward: bool = True) -> None:
+                 num_layers: int = 1, local: LocalMessagePassing | GINEBranch | None = None,
+                 feed_forward: bool = True) -> None:
         super().__init__()
         hidden = attention.hidden
         self.attention = attention
@@ -67,13 +70,12 @@ class SpexphormerLayer(nn.Module):
         if isinstance(layer, FullLayer):
             query_h = h  # [N, D]
             attended = self.attention.forward_full(h, layer.edge_index, layer.edge_type, layer.in_degree,
-                                                   layer.edge_spd)
+                                                   layer.edge_spd, layer.edge_attr)
         else:
             # every input row, in order (full-graph layers): no [N, D] copy for autograd to keep
             query_h = h if layer.queries_are_input_rows(h.shape[0]) else h[layer.queries]  # [Q, D]
-            attended = self.attention(
-                query_h, h, layer.neighbours, layer.neighbour_type, layer.neighbour_mask, layer.neighbour_spd
-            )
+            attended = self.attention(query_h, h, layer.neighbours, layer.neighbour_type, layer.neighbour_mask,
+                                      layer.neighbour_spd, layer.neighbour_attr)
         out = self._normed(self.norm_attention, query_h, self.dropout(attended))  # [Q, D]
         if self.local is not None:
             if graph_degree is None:
@@ -93,7 +95,7 @@ class Spexphormer(nn.Module):
     """The wide network (Spexphormer section 4): several heads, fixed degree per layer, batch norm.
 
     Args:
-        num_classes: output classes.
+        num_outputs: output columns: classes, or tasks (multi-label, regression).
         hidden: hidden width D.
         num_layers: attention layers L (as many as the estimator).
         heads: attention heads.
@@ -103,7 +105,8 @@ class Spexphormer(nn.Module):
             sparse bag-of-words features (Cora, CiteSeer); 0 leaves them whole.
         deepnorm: DeepNorm residuals (DeepGraph) instead of batch norm, for deep stacks.
         num_spd_buckets: SPD buckets of anchor/k-hop edges (0: no SPD terms), see `SampledAttention`.
-        local: the local branch of every layer, `none`, `gcn`, `sage` or `gatv2` (`LocalMessagePassing`).
+        local: the local branch of every layer, `none`, `gcn`, `sage` or `gatv2` (`LocalMessagePassing`), or
+            `gine` (`GINEBranch`, reading the edges' feature codes).
         local_aggregation: the sage branch's aggregation, mean or sum.
         local_steps, local_teleport: the gcn branch's APPNP propagation, K steps with teleport alpha
             (`LocalMessagePassing`'s `steps`, `teleport`); 1 and 0 give one GCN hop.
@@ -113,34 +116,49 @@ class Spexphormer(nn.Module):
             softmax average over neighbours cannot tell how many there are, this can.
         graph_edge_type: the edge type code of the input graph's own edges (the local branch's).
         feed_forward: each layer's feed-forward block; False ends every layer at its branches' sum.
+        num_edge_attr_codes: categorical edge-feature codes (0: none), read by the attention and by gine.
+        edge_feature_dim: continuous edge-feature columns; the wide network does not read them (yet).
+        readout: None for node tasks (a linear head per node), else how each graph's rows are pooled
+            (`GraphReadout`: mean, sum, virtual, attention) before GraphGPS's MLP head.
         encoder: the input layer's arguments but its width, as in `AttentionScoreEstimator`.
 
     Shapes:
         x [N0, F], node_kind [N0] and extras for the first layer's input rows; `layers` maps them down to
-        the last layer's queries -> logits [Q_L, C]. The local branch and the degree signal read
-        `extras.graph_degree`.
+        the last layer's queries -> outputs [Q_L, C], or with a readout and `rows` [B, C] per graph. The
+        local branch and the degree signal read `extras.graph_degree`.
     """
 
-    def __init__(self, num_classes: int, hidden: int, num_layers: int, heads: int, num_edge_types: int,
+    def __init__(self, num_outputs: int, hidden: int, num_layers: int, heads: int, num_edge_types: int,
                  dropout: float = 0.0, deepnorm: bool = False, num_spd_buckets: int = 0, local: str = "none",
                  local_aggregation: str = "mean", local_steps: int = 1, local_teleport: float = 0.0,
                  local_top_k: int | None = None, degree_signal: bool = False, graph_edge_type: int = 0,
-                 input_dropout: float = 0.0, feed_forward: bool = True, **encoder: int) -> None:
+                 input_dropout: float = 0.0, feed_forward: bool = True, num_edge_attr_codes: int = 0,
+                 edge_feature_dim: int = 0, readout: str | None = None, **encoder) -> None:
         super().__init__()
+        if edge_feature_dim:
+            raise ValueError(f"the wide network reads categorical edge features only; this graph has "
+                             f"{edge_feature_dim} continuous ones")
         self.input_dropout = Dropout(input_dropout)
         self.encoder = NodeEncoder(hidden=hidden, **encoder)
         self.degree_encoder = nn.Linear(1, hidden) if degree_signal else None
+
+        def local_branch() -> nn.Module | None:
+            if local == "none":
+                return None
+            if local == "gine":
+                return GINEBranch(hidden, num_edge_attr_codes, graph_edge_type)
+            return LocalMessagePassing(local, hidden, heads, local_aggregation, graph_edge_type, local_steps,
+                                       local_teleport, local_top_k)
+
         self.layers = nn.ModuleList(
             SpexphormerLayer(
-                SampledAttention(hidden, heads, num_edge_types, num_spd_buckets), dropout, deepnorm, num_layers,
-                None if local == "none" else LocalMessagePassing(local, hidden, heads, local_aggregation,
-                                                                 graph_edge_type, local_steps, local_teleport,
-                                                                 local_top_k),
-                feed_forward,
+                SampledAttention(hidden, heads, num_edge_types, num_spd_buckets, num_edge_attr_codes), dropout,
+                deepnorm, num_layers, local_branch(), feed_forward,
             )
             for _ in range(num_layers)
         )
-        self.head = nn.Linear(hidden, num_classes)
+        self.readout = GraphReadout(readout, hidden) if readout is not None else None
+        self.head = prediction_head(hidden, num_outputs, readout is not None)
 
     def parameter_groups(self, input_weight_decay: float | None) -> list:
         """The parameters for the optimiser: all of them, or with `input_weight_decay` the first layer's weight
@@ -161,7 +179,9 @@ class Spexphormer(nn.Module):
         node_kind: Tensor,
         layers: list[SampledLayer | FullLayer],
         extras: NodeExtras | None = None,
+        rows: GraphRows | None = None,
     ) -> Tensor:
+        """-> [Q_L, C] per output row, or [B, C] per graph of `rows` with a readout."""
         if len(layers) != len(self.layers):
             raise ValueError(f"expected {len(self.layers)} sampled layers, got {len(layers)}")
         graph_degree = None  # [N0], carried down the layers only when something reads it
@@ -176,4 +196,8 @@ class Spexphormer(nn.Module):
             h = block(h, layer, graph_degree)  # [Q_l, D]
             if graph_degree is not None and isinstance(layer, SampledLayer):
                 graph_degree = graph_degree.index_select(0, layer.queries)  # [Q_l]: the next layer's input rows
-        return self.head(h)  # [Q_L, C]
+        if self.readout is not None:
+            if rows is None:
+                raise ValueError("a graph-level network needs each output row's graph (rows is None)")
+            h = self.readout(h, rows)  # [B, D]
+        return self.head(h)  # [Q_L, C] or [B, C]

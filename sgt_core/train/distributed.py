@@ -62,7 +62,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sgt_core.artifacts import ArtifactError, atomic_path
@@ -321,35 +320,33 @@ class Ranks:
         self.network = DistributedDataParallel(training.model, device_ids=[device.index] if device.type == "cuda" else None)
         training.batch_size = math.ceil(self.batch_size / self.world)  # what `training.predict` chunks by
 
-    def check_split(self, name: str, nodes: Tensor, per_rank: int) -> None:
-        if nodes.numel() < per_rank * self.world:
-            raise ConfigError(f"train.distributed: the {name} split has {nodes.numel()} nodes, fewer than "
-                              f"{per_rank} per process for {self.world} processes")
+    def check_split(self, name: str, units: Tensor, per_rank: int) -> None:
+        if units.numel() < per_rank * self.world:
+            raise ConfigError(f"train.distributed: the {name} split has {units.numel()} units (nodes, or graphs "
+                              f"of a dataset of many), fewer than {per_rank} per process for {self.world} processes")
 
     def seed_epoch(self, training, epoch: int) -> None:
         """This rank's sampling and dropout streams for `epoch`."""
         training.generator.manual_seed(stream_seed(self.seed, epoch, SAMPLING, self.rank))
         torch.manual_seed(stream_seed(self.seed, epoch, DROPOUT, self.rank))  # Dropout draws from it
 
-    def shares(self, train_nodes: Tensor, epoch: int) -> list[tuple[Tensor, int]]:
-        """This rank's targets of each of the epoch's global batches, with each global batch's size."""
-        generator = torch.Generator(device=train_nodes.device).manual_seed(stream_seed(self.seed, epoch, ORDER))
-        order = torch.randperm(train_nodes.numel(), generator=generator, device=train_nodes.device)
-        batches = list(train_nodes[order].split(self.batch_size))
+    def shares(self, train_units: Tensor, epoch: int) -> list[tuple[Tensor, Tensor]]:
+        """This rank's units (target nodes, or graphs) of each of the epoch's global batches, with the batch."""
+        generator = torch.Generator(device=train_units.device).manual_seed(stream_seed(self.seed, epoch, ORDER))
+        order = torch.randperm(train_units.numel(), generator=generator, device=train_units.device)
+        batches = list(train_units[order].split(self.batch_size))
         if len(batches) > 1 and batches[-1].numel() < 2 * self.world:  # batch norm: two rows on every rank
             batches[-2:] = [torch.cat(batches[-2:])]
-        return [(batch.tensor_split(self.world)[self.rank], batch.numel()) for batch in batches]
+        return [(batch.tensor_split(self.world)[self.rank], batch) for batch in batches]
 
-    def train_epoch(self, training, train_nodes: Tensor, epoch: int) -> float:
+    def train_epoch(self, training, train_units: Tensor, epoch: int) -> float:
         """One epoch of DDP steps on this rank's shares; returns the mean over steps of the global batch loss."""
         self.seed_epoch(training, epoch)
         self.network.train()
         sums, sizes = [], []
-        for targets, size in self.shares(train_nodes, epoch):
-            input_nodes, layers = training.sampler.batch(targets)
-            logits = self.network(training.x[input_nodes], training.node_kind[input_nodes], layers,
-                                  training.extras.select(input_nodes))  # [|targets|, C]
-            loss_sum = F.cross_entropy(logits, training.y[targets], reduction="sum")
+        for share, batch in self.shares(train_units, epoch):
+            loss_sum = training.loss_sum(share, self.network)  # summed over the share's targets
+            size = training.num_targets(batch, getattr(training, "train_mask", None))  # the global batch's
             training.optimizer.zero_grad()
             # DDP averages the W ranks' gradients: W / B times each slice's sum makes that average the
             # gradient of the mean loss over the B targets.
@@ -362,12 +359,22 @@ class Ranks:
         return float((totals / torch.tensor(sizes, dtype=torch.float64, device=totals.device)).mean())
 
     def predict(self, training, nodes: Tensor, network: nn.Module | None = None) -> Tensor:
-        """Logits [len(nodes), C] in `nodes`' order: each rank predicts a contiguous slice, then all_gather.
-
-        `network`: as `training.predict`'s (the bare model, or its moving average: neither runs a collective).
-        """
+        """Outputs [len(nodes), C] in `nodes`' order: each rank predicts a contiguous slice, then all_gather."""
         slices = nodes.tensor_split(self.world)
         return gather_rows(training.predict(slices[self.rank], network), [part.numel() for part in slices])
+
+    def evaluate(self, training, splits: dict[str, tuple[Tensor, Tensor]],
+                 network: nn.Module | None = None) -> tuple[Tensor, Tensor]:
+        """`training.evaluate` over the ranks: each rank evaluates a contiguous slice of each split's units,
+        then all_gather puts the outputs back in order.
+
+        `network`: as `training.evaluate`'s (the bare model, or its moving average: neither runs a collective).
+        """
+        sliced = {name: (units.tensor_split(self.world)[self.rank], mask) for name, (units, mask) in splits.items()}
+        local = training.evaluate(sliced, network)
+        counts = {name: [training.num_targets(part, mask) for part in units.tensor_split(self.world)]
+                  for name, (units, mask) in splits.items()}
+        return gather_rows(local[0], counts["val"]), gather_rows(local[1], counts["test"])
 
 
 def gather_rows(local: Tensor, counts: list[int]) -> Tensor:

@@ -35,7 +35,7 @@ def test_schema(exported):
     files = sorted(scores_dir.glob("layer_*.parquet"))
     assert len(files) == cfg["model"]["num_layers"]
     schema = pq.read_schema(files[0])
-    assert schema.names == ["layer", "dst", "src", "edge_type", "score"]
+    assert schema.names == ["layer", "dst", "src", "edge_type", "score", "graph_id"]
     assert schema.field("layer").type == pa.int32()
     assert schema.field("dst").type == pa.int64() and schema.field("src").type == pa.int64()
     assert pa.types.is_dictionary(schema.field("edge_type").type)

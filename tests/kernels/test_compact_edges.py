@@ -91,7 +91,7 @@ def test_an_estimator_on_compact_edges_equals_one_on_int64_edges():
     results = []
     for index_dtype, type_dtype, spd_dtype in ((torch.int64,) * 3, (torch.int32, torch.int8, torch.int16)):
         torch.manual_seed(0)
-        model = AttentionScoreEstimator(in_features=6, num_classes=3, width=8, num_layers=2, num_edge_types=3,
+        model = AttentionScoreEstimator(in_features=6, num_outputs=3, width=8, num_layers=2, num_edge_types=3,
                                         num_node_kinds=1, num_spd_buckets=4, memory_efficient=True)
         edges = model.prepare(edge_index.to(index_dtype), edge_type.to(type_dtype), edge_spd.to(spd_dtype), 120)
         logits, scores = model(x, node_kind, edges, 0.7)

@@ -9,6 +9,7 @@ import torch
 from torch_geometric.utils import scatter
 
 from sgt_core.models import AttentionScoreEstimator, EstimatorAttention
+from sgt_core.tasks import Task
 
 
 def small_graph():
@@ -76,7 +77,7 @@ def test_clip_bounds_the_logits():
 @pytest.mark.parametrize("layer_norm", [True, False])
 def test_estimator_returns_one_score_set_per_layer(layer_norm):
     edge_index, edge_type = small_graph()
-    model = AttentionScoreEstimator(in_features=3, num_classes=2, width=4, num_layers=3, num_edge_types=3,
+    model = AttentionScoreEstimator(in_features=3, num_outputs=2, width=4, num_layers=3, num_edge_types=3,
                                     num_node_kinds=2, layer_norm=layer_norm)
     edges = model.prepare(edge_index, edge_type, None, 5)
     logits, layer_scores = model(torch.randn(5, 3), torch.zeros(5, dtype=torch.long), edges)
@@ -88,10 +89,11 @@ def test_estimator_returns_one_score_set_per_layer(layer_norm):
 def test_estimator_starts_at_the_class_prior_and_still_passes_gradient_down():
     torch.manual_seed(0)
     edge_index, edge_type = small_graph()
-    model = AttentionScoreEstimator(in_features=3, num_classes=3, width=8, num_layers=2, num_edge_types=3,
+    model = AttentionScoreEstimator(in_features=3, num_outputs=3, width=8, num_layers=2, num_edge_types=3,
                                     num_node_kinds=2)
     class_counts = torch.tensor([60, 30, 10])
-    model.start_at_prior(class_counts)
+    labels = torch.repeat_interleave(torch.arange(3), class_counts)
+    model.start_at_prior(Task("node_classification", "accuracy", 3).prior(labels))
     logits, _ = model(torch.randn(5, 3), torch.zeros(5, dtype=torch.long), model.prepare(edge_index, edge_type, None, 5))
     prior = class_counts / class_counts.sum()
     assert torch.allclose(torch.softmax(model.head.bias, dim=0), prior.float(), atol=1e-6)

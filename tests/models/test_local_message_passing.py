@@ -207,7 +207,7 @@ def test_batched_forward_equals_full_graph_with_every_neighbour_kept(kind, aggre
                                     expander=ExpanderConfig(degree=4, ramanujan_slack=1.0, max_tries=50))
     torch.manual_seed(0)
     sampler = keep_everything(graph, num_layers=3)
-    model = Spexphormer(in_features=graph.x.shape[1], num_classes=2, hidden=HIDDEN, num_layers=3, heads=HEADS,
+    model = Spexphormer(in_features=graph.x.shape[1], num_outputs=2, hidden=HIDDEN, num_layers=3, heads=HEADS,
                         num_edge_types=len(EDGE_TYPES), num_node_kinds=len(NODE_KINDS), dropout=0.0,
                         local=kind, local_aggregation=aggregation, degree_signal=True, graph_edge_type=GRAPH)
     extras = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"), GRAPH)
@@ -239,7 +239,7 @@ def test_batched_forward_equals_full_graph_with_top_k_rows(mode):
     rows = top_k_rows(graph, 10, 0.1, 3)
     assert (rows.weights[:graph.num_real_nodes] > 0).all()  # every real node's three slots are in use
     sampler = keep_everything(graph, num_layers=3, propagation=rows)
-    model = Spexphormer(in_features=graph.x.shape[1], num_classes=2, hidden=HIDDEN, num_layers=3, heads=HEADS,
+    model = Spexphormer(in_features=graph.x.shape[1], num_outputs=2, hidden=HIDDEN, num_layers=3, heads=HEADS,
                         num_edge_types=len(EDGE_TYPES), num_node_kinds=len(NODE_KINDS), dropout=0.0, local="gcn",
                         local_steps=10, local_teleport=0.1, local_top_k=3, graph_edge_type=GRAPH)
     extras = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"), GRAPH)
@@ -265,7 +265,7 @@ def test_batched_forward_equals_full_graph_with_top_k_rows(mode):
 
 def test_local_branch_without_graph_degrees_is_refused(interaction_graph):
     graph = interaction_graph
-    model = Spexphormer(in_features=graph.x.shape[1], num_classes=2, hidden=HIDDEN, num_layers=1, heads=HEADS,
+    model = Spexphormer(in_features=graph.x.shape[1], num_outputs=2, hidden=HIDDEN, num_layers=1, heads=HEADS,
                         num_edge_types=len(EDGE_TYPES), num_node_kinds=len(NODE_KINDS), local="gcn")
     with pytest.raises(ValueError, match="graph_degree"):
         model(graph.x, graph.node_kind, keep_everything(graph).full())

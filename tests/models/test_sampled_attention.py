@@ -56,7 +56,7 @@ def test_fully_masked_row_gives_no_nan():
 
 def test_spexphormer_maps_layers_down_to_queries():
     torch.manual_seed(0)
-    model = Spexphormer(in_features=3, num_classes=4, hidden=8, num_layers=2, heads=2, num_edge_types=2,
+    model = Spexphormer(in_features=3, num_outputs=4, hidden=8, num_layers=2, heads=2, num_edge_types=2,
                         num_node_kinds=1).eval()
     x, kind = torch.randn(6, 3), torch.zeros(6, dtype=torch.long)
     full = torch.arange(6)
@@ -71,7 +71,7 @@ def test_spexphormer_maps_layers_down_to_queries():
 
 def test_input_dropout_drops_raw_features_in_training_only():
     torch.manual_seed(0)
-    model = Spexphormer(in_features=50, num_classes=2, hidden=8, num_layers=1, heads=2, num_edge_types=1,
+    model = Spexphormer(in_features=50, num_outputs=2, hidden=8, num_layers=1, heads=2, num_edge_types=1,
                         num_node_kinds=1, input_dropout=0.6)
     seen = []
     model.encoder.register_forward_pre_hook(lambda module, args: seen.append(args[0]))

@@ -22,7 +22,7 @@ def setting():
     scores = torch.rand(3, graph.num_edges)
     sampler = LayerSampler(graph.edge_index, graph.edge_type, graph.ptr, scores, [largest] * 3, "reservoir",
                            torch.Generator().manual_seed(0))
-    model = Spexphormer(in_features=graph.x.shape[1], num_classes=2, hidden=8, num_layers=3, heads=2,
+    model = Spexphormer(in_features=graph.x.shape[1], num_outputs=2, hidden=8, num_layers=3, heads=2,
                         num_edge_types=len(EDGE_TYPES), num_node_kinds=len(NODE_KINDS), dropout=0.0)
     # non-trivial batch-norm running statistics, so eval mode is not the identity
     model.train()

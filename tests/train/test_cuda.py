@@ -69,7 +69,7 @@ def interaction_graph():
 
 def network(graph, kind: str, aggregation: str, **propagation) -> Spexphormer:
     torch.manual_seed(0)
-    return Spexphormer(in_features=graph.x.shape[1], num_classes=3, hidden=HIDDEN, num_layers=LAYERS, heads=HEADS,
+    return Spexphormer(in_features=graph.x.shape[1], num_outputs=3, hidden=HIDDEN, num_layers=LAYERS, heads=HEADS,
                        num_edge_types=len(EDGE_TYPES), num_node_kinds=len(NODE_KINDS), dropout=0.0, local=kind,
                        local_aggregation=aggregation, degree_signal=True, graph_edge_type=GRAPH, **propagation)
 

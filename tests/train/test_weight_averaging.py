@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from sgt_core.metrics import evaluate
 from sgt_core.seeding import seed_everything
 from sgt_core.train.stage import WideNetworkTraining, _read_inputs, run_train
 from tests.stage_runner import run_stages
@@ -95,5 +94,5 @@ def test_the_stage_chooses_by_and_checkpoints_the_averaged_weights(upstream, tmp
     val_nodes = graph.val_mask.nonzero().flatten()
     with torch.no_grad():
         logits = training.predict(val_nodes)
-    assert evaluate(logits, graph.y[val_nodes], graph.num_classes) == pytest.approx(metrics["val_roc_auc"], abs=1e-6)
+    assert graph.task_spec().value("roc_auc", logits, graph.y[val_nodes]) == pytest.approx(metrics["val_roc_auc"], abs=1e-6)
 

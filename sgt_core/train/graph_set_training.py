@@ -1,0 +1,138 @@
+"""The wide network's training on a dataset of many graphs: steps over batches of whole graphs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from sgt_core.errors import ConfigError
+from sgt_core.graph_batches import GraphBatches, induced_edges
+from sgt_core.layers import FullLayer
+from sgt_core.preprocess.interaction_graph import InteractionGraph
+from sgt_core.train.training import WideNetworkTraining, network_parts, read_groups
+
+
+@dataclass
+class GraphSetTraining(WideNetworkTraining):
+    """`WideNetworkTraining` whose units are graphs: every step takes `batch_size` whole graphs.
+
+    The batch's nodes hold every candidate neighbour of their nodes (graphs are disjoint), so each layer
+    samples for all of them and needs nothing outside (`LayerSampler.closed_batch`: Algorithm 2 with
+    every node a target). Graph tasks pool each graph's rows (`GraphRows`) into one output per graph;
+    node tasks (PATTERN, CLUSTER) keep the outputs of the batch's nodes that hold targets of the split.
+
+    Attributes (beyond the parent's):
+        batches: each graph's nodes (`GraphBatches`).
+        graph_level: whether targets belong to graphs (else to nodes).
+        train_mask: bool [N] the training nodes of a node task; unused for graph tasks.
+    """
+
+    batches: GraphBatches | None = None
+    graph_level: bool = True
+    train_mask: torch.Tensor | None = None
+
+    @classmethod
+    def build(cls, cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device: torch.device,
+              propagation=None) -> GraphSetTraining:
+        network, _sampling, _optimizer, train = read_groups(cfg)
+        if network.local_top_k is not None:
+            raise ConfigError("model.local_top_k: top-k propagation rows are for one large graph; on a dataset of "
+                              "many graphs set it to null (the gcn branch's steps then run inside each batch)")
+        extras, sampler, generator, model, adamw = network_parts(cfg, graph, layer_scores, device, None)
+        batches = GraphBatches.of(graph.node_graph.to(device), graph.node_kind.to(device), graph.num_graphs)
+        return cls(graph.x.to(device), graph.node_kind.to(device), graph.y.to(device), extras, sampler, model,
+                   adamw, generator, train.batch_size, graph.task_spec(train.regression_loss), batches=batches,
+                   graph_level=graph.graph_level,
+                   train_mask=None if graph.graph_level else graph.train_mask.to(device))
+
+    def units(self, mask: torch.Tensor) -> torch.Tensor:
+        """The graphs holding a split's targets: the split's graphs, or the graphs of its nodes."""
+        if self.graph_level:
+            return mask.nonzero().flatten()
+        return torch.unique(self.batches.node_graph[mask.nonzero().flatten()])
+
+    def num_targets(self, graphs: torch.Tensor, mask: torch.Tensor | None = None) -> int:
+        """How many target rows `predict(graphs, mask=mask)` gives: one per graph, or per node in `mask`."""
+        if self.graph_level:
+            return graphs.numel()
+        return int(mask[self.batches.in_graph_order(graphs)].sum())
+
+    def targets(self, graphs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The targets of `predict(graphs, mask=mask)`'s rows, in its order."""
+        if self.graph_level:
+            return self.y[graphs]
+        ordered = self.batches.in_graph_order(graphs)
+        return self.y[ordered[mask[ordered]]]
+
+    def predict(self, graphs: torch.Tensor, network: nn.Module | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Outputs for `graphs` in batches of `batch_size` graphs, with freshly sampled layers: [B, C] for a
+        graph task, else [n, C] for their nodes in `mask`, graph after graph in the given order, ascending
+        within each (`targets`' order).
+        """
+        network = self.model if network is None else network
+        outputs = []
+        for chunk in (graphs.split(self.batch_size) if self.batch_size is not None else [graphs]):
+            if self.graph_level:
+                outputs.append(self._forward(network, chunk, self.batches.nodes(chunk)))
+                continue
+            ordered = self.batches.in_graph_order(chunk)
+            nodes, place = torch.sort(ordered)  # nodes = ordered[place]
+            out = self._forward(network, chunk, nodes)  # [n, C] in `nodes` order
+            in_order = torch.empty_like(out).index_copy_(0, place, out)  # [n, C] in `ordered` order
+            outputs.append(in_order[mask[ordered]])
+        return torch.cat(outputs)
+
+    def evaluate(self, splits: dict[str, tuple[torch.Tensor, torch.Tensor]],
+                 network: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+        """The outputs of the `val` and `test` splits' graphs (name -> (graphs, mask)), each predicted apart
+        so that a node task keeps each split's own nodes."""
+        return tuple(self.predict(units, network, mask) for units, mask in (splits["val"], splits["test"]))
+
+    def _forward(self, network: nn.Module, graphs: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
+        """One batch of whole graphs through `network`: [B, C] per graph, or [n, C] per node."""
+        if self.sampler.method == "full":
+            layers = [self._full_layer(nodes)] * len(self.sampler.degrees)
+        else:
+            layers = self.sampler.closed_batch(nodes)
+        rows = self.batches.rows(graphs, nodes) if self.graph_level else None
+        return network(self.x[nodes], self.node_kind[nodes], layers, self.extras.select(nodes), rows)
+
+    def _full_layer(self, nodes: torch.Tensor) -> FullLayer:
+        """The batch's whole interaction graph as one layer (sampler=full), in the batch's numbering."""
+        sampler = self.sampler
+        edges, edge_index = induced_edges(sampler.ptr, sampler.edge_index, nodes)
+        in_degree = (sampler.ptr[nodes + 1] - sampler.ptr[nodes]).long()
+        spd = sampler.edge_spd[edges].long() if sampler.edge_spd is not None else None
+        attr = sampler.edge_attr[edges].long() if sampler.edge_attr is not None else None
+        return FullLayer(edge_index, sampler.edge_type[edges].long(), in_degree, spd, None, attr)
+
+    def loss_sum(self, graphs: torch.Tensor, network: nn.Module) -> torch.Tensor:
+        """The summed loss of one batch of graphs through `network` (a rank's share of a global batch)."""
+        nodes = self.batches.nodes(graphs)
+        out = self._forward(network, graphs, nodes)
+        if self.graph_level:
+            return self.task.loss_sum(out, self.y[graphs])
+        keep = self.train_mask[nodes]
+        return self.task.loss_sum(out[keep], self.y[nodes[keep]])
+
+    def train_epoch(self, train_graphs: torch.Tensor) -> float:
+        """One epoch over the training graphs in shuffled batches; returns the mean batch loss."""
+        self.model.train()
+        losses = [self._step(batch) for batch in self.batches.shuffled(train_graphs, self.batch_size, self.generator)]
+        return sum(losses) / len(losses)
+
+    def _step(self, graphs: torch.Tensor) -> float:
+        nodes = self.batches.nodes(graphs)
+        out = self._forward(self.model, graphs, nodes)
+        if self.graph_level:
+            loss = self.task.loss(out, self.y[graphs])
+        else:
+            keep = self.train_mask[nodes]  # [n] the batch's training nodes
+            loss = self.task.loss(out[keep], self.y[nodes[keep]])
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer_step()
+        return loss.item()
