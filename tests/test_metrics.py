@@ -8,7 +8,8 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-from sgt_core.metrics import evaluate, metric_name, roc_auc
+from sgt_core.metrics import roc_auc
+from sgt_core.tasks import Task, default_metric
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -27,9 +28,10 @@ def test_roc_auc_edge_cases():
     assert math.isnan(roc_auc(torch.tensor([0.1, 0.2]), torch.tensor([1, 1])))
 
 
-def test_evaluate_picks_the_metric():
-    assert metric_name(2) == "roc_auc" and metric_name(7) == "accuracy"
+def test_classification_picks_the_metric():
+    assert default_metric("node_classification", 2) == "roc_auc"
+    assert default_metric("node_classification", 7) == "accuracy"
     logits = torch.tensor([[2.0, 0.0, 0.0], [0.0, 3.0, 0.0], [0.0, 0.0, 1.0], [5.0, 0.0, 0.0]])
-    assert evaluate(logits, torch.tensor([0, 1, 1, 0]), 3) == 0.75
+    assert Task("node_classification", "accuracy", 3).value("accuracy", logits, torch.tensor([0, 1, 1, 0])) == 0.75
     binary = torch.tensor([[0.0, 1.0], [1.0, 0.0], [0.0, 2.0]])
-    assert evaluate(binary, torch.tensor([1, 0, 1]), 2) == 1.0
+    assert Task("node_classification", "roc_auc", 2).value("roc_auc", binary, torch.tensor([1, 0, 1])) == 1.0
