@@ -198,6 +198,8 @@ def command_run(overrides: list[str], multirun: bool = False) -> int:
         print("metrics:")
         for name, value in result["metrics"].items():
             print(f"  {name} = {format_metric(value)}")
+        for name, text in result["notes"].items():
+            print(f"note ({name}): {text}")
         print(f"mlflow run {result['run_id']} in {result['tracking_uri']}")
     if multirun:
         print_sweep_summary(results)

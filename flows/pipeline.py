@@ -134,6 +134,10 @@ def sgt_pipeline(overrides: list[str] | None = None, parent_run_id: str | None =
                 tracker.set_tags(pipeline_run_id, {f"sgt.key.{name}": key for name, key in keys.items()})
         train_metrics = results["train"]["metrics"]
         summary = {k: v for k, v in train_metrics.items() if k.startswith(("val_", "test_"))}
+        # The dataset's notes (e.g. a stand-in training set) travel with every run's results.
+        notes = {k.removeprefix("note_"): v for k, v in results["preprocess"]["metrics"].items()
+                 if k.startswith("note_")}
+        tracker.set_tags(pipeline_run_id, {f"sgt.note.{name}": text for name, text in notes.items()})
         tracker.log_results(pipeline_run_id, {**summary, "pipeline_seconds": time.perf_counter() - started})
         tracker.set_tags(pipeline_run_id, {
             "sgt.device": train_metrics.get("device", "cpu"),
@@ -144,5 +148,5 @@ def sgt_pipeline(overrides: list[str] | None = None, parent_run_id: str | None =
         tracker.fail(pipeline_run_id)
         raise
     tracker.end(pipeline_run_id)
-    return {"run_id": pipeline_run_id, "keys": keys, "stages": results, "metrics": summary,
+    return {"run_id": pipeline_run_id, "keys": keys, "stages": results, "metrics": summary, "notes": notes,
             "tracking_uri": tracker.client.tracking_uri, "artifacts": store.location()}

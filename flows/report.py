@@ -96,6 +96,7 @@ def pipeline_report(client: MlflowClient, run: Run) -> dict:
         "metrics": {k: v for k, v in sorted(run.data.metrics.items()) if k.startswith(("val_", "test_"))},
         "pipeline_seconds": run.data.metrics.get("pipeline_seconds"),
         "stages": stages,
+        "notes": {k.removeprefix("sgt.note."): v for k, v in sorted(run.data.tags.items()) if k.startswith("sgt.note.")},
     }
 
 
@@ -111,6 +112,7 @@ def format_report(report: dict) -> str:
         lines += textwrap.wrap(" ".join(values), 110, initial_indent=f"  {section or '(top)':<11} ",
                                subsequent_indent=" " * 14, break_on_hyphens=False)
     lines += ["", "metrics:"] + [f"  {name} = {value:.4f}" for name, value in report["metrics"].items()]
+    lines += [f"  note ({name}): {text}" for name, text in report.get("notes", {}).items()]
     total = report["pipeline_seconds"]
     lines += ["", f"timings (pipeline {total:.1f} s):" if total is not None else "timings:"]
     for stage in report["stages"]:

@@ -174,17 +174,43 @@ def epoch_value(row: dict, metric: str | None) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
-def pruning_listener(trial: optuna.Trial, metric: str | None) -> Listener:
+def selection_metric(cfg: dict, tune: TuneConfig) -> str:
+    """The metric a study optimises: `tune.metric`, else `val_<the dataset's metric>`, which the train stage
+    selects its best epoch by. The dataset's metric comes from its cached preprocess result if there is
+    one, else from loading it (what the run's checks do anyway)."""
+    if tune.metric is not None:
+        return tune.metric
+    from sgt_core.artifacts import open_store
+    from sgt_core.pipeline import stage_keys
+
+    store, key = open_store(cfg["paths"]["artifacts"]), stage_keys(cfg)["preprocess"]
+    if store.is_complete("preprocess", key):
+        return f"val_{store.metrics('preprocess', key)['metric']}"
+    from sgt_core.data import load_dataset
+    from sgt_core.tasks import default_metric
+
+    graph = load_dataset(cfg["dataset"], seed=cfg["seed"])
+    task = getattr(graph, "task", None) or "node_classification"
+    outputs = graph.num_classes if task.endswith("classification") else graph.num_tasks
+    return f"val_{getattr(graph, 'metric', None) or default_metric(task, outputs)}"
+
+
+def minimised(metric: str) -> bool:
+    """Whether a smaller value of `metric` (a `val_<name>` history column) is better: errors and losses."""
+    return metric.endswith(("_mae", "_loss"))
+
+
+def pruning_listener(trial: optuna.Trial, metric: str | None, minimise: bool = False) -> Listener:
     """An epoch listener reporting the trial's best validation metric so far to Optuna, which is what its
     objective will be (train keeps its best epoch); raises `optuna.TrialPruned` when the pruner says so."""
-    best = -math.inf
+    best = math.inf if minimise else -math.inf
 
     def report(epoch: int, row: dict) -> None:
         nonlocal best
         value = epoch_value(row, metric)
         if value is None:
             return
-        best = max(best, value)
+        best = min(best, value) if minimise else max(best, value)
         trial.report(best, epoch)
         if trial.should_prune():
             raise optuna.TrialPruned(f"trial {trial.number} pruned at epoch {epoch} (best so far {best:.4f})")
@@ -312,6 +338,7 @@ class Tuning:
     tracker: Tracker
     run_id: str  # the tuning run's
     storage: str  # the study's Optuna storage URL
+    metric: str  # what the study optimises (`selection_metric`), minimised if an error (`minimised`)
     recorded_best: int | None = None  # the trial whose best_config.yaml the tuning run holds
 
     def run(self) -> None:
@@ -345,7 +372,7 @@ class Tuning:
                 "sgt.trial_overrides": " ".join(sampled)}
         try:
             compose_config(overrides)  # an invalid combination fails here, before anything is recorded
-            with listening(pruning_listener(trial, self.tune.metric)):
+            with listening(pruning_listener(trial, self.metric, minimised(self.metric))):
                 result = sgt_pipeline(overrides, parent_run_id=self.run_id, tags=tags)
         except optuna.TrialPruned as pruned:
             log.info("study %s: %s", self.study.study_name, pruned)
@@ -359,12 +386,12 @@ class Tuning:
             self._mark_trial_run(trial.number, "failed")
             self.study.tell(trial, state=TrialState.FAIL)
             return TrialState.FAIL
-        metric = self.tune.metric or result["stages"]["train"]["metrics"]["selected_by"]
+        metric = self.metric
         value = result["metrics"].get(metric)
         if metric == "val_loss" or not isinstance(value, (int, float)) or not math.isfinite(value):
             reported = ", ".join(name for name in result["metrics"] if name.startswith("val_"))
             raise ConfigError(f"tune.metric: the pipeline reported {metric}={value!r}, which cannot be "
-                              f"maximised; set tune.metric to one of {reported}")
+                              f"tuned; set tune.metric to one of {reported}")
         trial.set_user_attr("metric", metric)
         trial.set_user_attr(RUN_ID_ATTR, result["run_id"])
         self.tracker.set_tags(result["run_id"], {"sgt.trial_state": "complete"})
@@ -504,8 +531,10 @@ def sgt_tune(overrides: list[str] | None = None) -> dict:
     tracker = Tracker(cfg)
     crash_flow_runs_of_dead_pipelines(tracker.closed_runs)  # a killed `sgt tune`'s flow and trial's subflow
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # each trial is logged here, as it ends
+    metric = selection_metric(cfg, tune)
     study = optuna.create_study(
-        storage=storage, study_name=name, load_if_exists=True, direction="maximize",
+        storage=storage, study_name=name, load_if_exists=True,
+        direction="minimize" if minimised(metric) else "maximize",
         pruner=optuna.pruners.MedianPruner(n_startup_trials=tune.pruner.startup_trials,
                                            n_warmup_steps=tune.pruner.warmup_epochs),
     )
@@ -514,7 +543,7 @@ def sgt_tune(overrides: list[str] | None = None) -> dict:
     study.sampler = optuna.samplers.TPESampler(seed=tune.sampler_seed + len(study.trials))
     fail_stale_trials(study)
     run_id = open_tuning_run(tracker, study, tune, base, storage)
-    tuning = Tuning(study, tune, base, cfg, tracker, run_id, storage)
+    tuning = Tuning(study, tune, base, cfg, tracker, run_id, storage, metric)
     preset = None
     try:
         tuning.run()

@@ -139,22 +139,39 @@ def stage_environment(stage: Stage, cfg: dict) -> dict[str, str]:
     return {}
 
 
+# The dataset keys that name files or folders whose content the graph is read from.
+DATASET_FILE_KEYS: tuple[str, ...] = ("path", "train_smiles", "split_file")
+
+
 def dataset_fingerprint(dataset_cfg: dict) -> str | None:
-    """The content hash of a file-backed dataset, so editing the file invalidates the cache."""
+    """The content hash of a file-backed dataset, so editing its files invalidates the cache.
+
+    Every key of `DATASET_FILE_KEYS` that is set counts: a file by its bytes, a folder (ZINC's, a TU
+    set's) by every file in it, names included.
+    """
     if dataset_cfg.get("name") == "parquet":
         from sgt_core.data.tables import table_paths  # here: it imports duckdb, pyarrow and torch_geometric
 
         # Every file of both tables, so that editing, adding or removing a file matched by a glob counts.
         files = table_paths(dataset_cfg.get("nodes"), dataset_cfg.get("edges"))
         return fingerprint({table: [file_fingerprint(path) for path in paths] for table, paths in files.items()})
-    path = dataset_cfg.get("path")
-    if not path:
+    paths = {key: dataset_cfg[key] for key in DATASET_FILE_KEYS if isinstance(dataset_cfg.get(key), str)}
+    if not paths:
         return None
-    if Path(path).is_dir():
-        raise DatasetError(f"{path}: is a directory; expected a .npz file (dataset.path)")
-    if not Path(path).is_file():
-        raise DatasetError(f"{path}: no such file")
-    return file_fingerprint(Path(path))
+    contents = {}
+    for key, path in paths.items():
+        path = Path(path)
+        if path.is_dir():
+            if dataset_cfg.get("name") == "npz":
+                raise DatasetError(f"{path}: is a directory; expected a .npz file (dataset.path)")
+            contents[key] = {str(file.relative_to(path)): file_fingerprint(file)
+                             for file in sorted(path.rglob("*")) if file.is_file()}
+        elif path.is_file():
+            contents[key] = file_fingerprint(path)
+        else:
+            raise DatasetError(f"{path}: no such file or folder (dataset.{key})")
+    # One file under `path` keeps the hash it always had, so that existing caches stay valid.
+    return contents["path"] if list(contents) == ["path"] and isinstance(contents["path"], str) else fingerprint(contents)
 
 
 def stage_material(stage: Stage, cfg: dict, keys: dict[str, str], root: Path = PACKAGE_ROOT) -> dict:
@@ -181,7 +198,8 @@ def stage_keys(cfg: dict, root: Path = PACKAGE_ROOT) -> dict[str, str]:
 
 
 def dataset_id(cfg: dict) -> str:
-    """A short readable dataset name for experiment names: minesweeper, npz-tolokers, pyg-cora, parquet-web."""
+    """A short readable dataset name for experiment names: minesweeper, npz-tolokers, pyg-cora, parquet-web,
+    zinc, tu-MUTAG, molecules-HIV."""
     dataset = cfg["dataset"]
     if dataset["name"] == "parquet":
         return f"parquet-{dataset['graph_name']}" if dataset.get("graph_name") else "parquet"
@@ -189,4 +207,8 @@ def dataset_id(cfg: dict) -> str:
         return f"npz-{Path(dataset['path']).stem}"
     if dataset["name"] == "pyg":
         return f"pyg-{str(dataset['pyg_name']).lower()}"
+    if dataset["name"] in ("tu", "molecules"):  # a folder's or a file's name: tu-MUTAG, molecules-HIV
+        return f"{dataset['name']}-{Path(str(dataset['path'])).name.split('.')[0]}"
+    if dataset["name"] == "ogb":
+        return str(dataset.get("ogb_name", "ogb"))
     return dataset["name"]

@@ -32,7 +32,8 @@ NULL_OR_FILE_NAME: Rule = (
 NULL_OR_VALIDATION_METRIC: Rule = (
     lambda value: value is None or (isinstance(value, str) and value.startswith("val_")
                                     and value != "val_loss"),
-    "must be null or a validation metric to maximise, val_<metric> (e.g. val_roc_auc, val_accuracy)",
+    "must be null or a validation metric to maximise, val_<metric> (e.g. val_roc_auc, val_accuracy), or val_mae "
+    "(minimised)",
 )
 # The keys a distribution spec may have; a mapping with none of them is a group of further paths (no config
 # group has a key of these names).
@@ -105,7 +106,8 @@ class TuneConfig(Section):
     Attributes:
         trials: finished (complete or pruned) trials the study should reach; a resumed study runs the rest.
         study: the study's name; None: `<dataset id>-<hash of the base overrides, the space and the metric>`.
-        metric: the pipeline's validation metric to maximise; None: the one train selects its epoch by.
+        metric: the pipeline's validation metric to maximise (val_mae: to minimise); None: the one train
+            selects its epoch by.
         sampler_seed: the seed of Optuna's TPE sampler.
         pruner: when a trial whose validation metric trails the others' is stopped.
         preset: None, or a name: the best configuration is written to conf/experiment/<preset>.yaml.

@@ -123,4 +123,9 @@ def run_preprocess(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[st
         "num_features": graph.num_features,
         "num_outputs": interaction_graph.num_outputs,
         "num_input_edges": graph.num_edges,
+        "num_graphs": interaction_graph.num_graphs,
+        "task": interaction_graph.task,
+        "metric": interaction_graph.metric,
+        # what every report of a run on this data says (e.g. that ZINC's training set is a stand-in)
+        **{f"note_{name}": text for name, text in interaction_graph.notes.items()},
     }
