@@ -32,8 +32,8 @@ NULL_OR_FILE_NAME: Rule = (
 NULL_OR_VALIDATION_METRIC: Rule = (
     lambda value: value is None or (isinstance(value, str) and value.startswith("val_")
                                     and value != "val_loss"),
-    "must be null or a validation metric to maximise, val_<metric> (e.g. val_roc_auc, val_accuracy), or val_mae "
-    "(minimised)",
+    ("must be null or a validation metric to maximise, val_<metric> (e.g. val_roc_auc, val_accuracy), or val_mae "
+    "(minimised)"),
 )
 # The keys a distribution spec may have; a mapping with none of them is a group of further paths (no config
 # group has a key of these names).
