@@ -82,3 +82,24 @@ def test_estimate_export_and_train_stages_on_many_graphs(tmp_path, task, metric)
     per_graph = duckdb.sql(f"SELECT graph_id, COUNT(*) FROM read_parquet('{files}') WHERE layer = 0 "
                            "GROUP BY graph_id ORDER BY graph_id").fetchall()
     assert len(per_graph) == 80 and sum(count for _, count in per_graph) == graph.num_edges
+
+
+def test_ranks_share_the_graph_batches_through_torchrun(tmp_path):
+    """Two gloo ranks split every global batch of graphs; rank 0 writes what one process writes."""
+    graph = build_interaction_graph(toy_graph_set("graph_regression", num_graphs=60), self_loops=True,
+                                    expander=None, virtual_nodes=0, seed=0, compact=True)
+    for name in ("preprocess", "estimate", "export", "single", "ranks"):
+        (tmp_path / name).mkdir()
+    graph.save(tmp_path / "preprocess" / INTERACTION_GRAPH_FILE)
+    cfg = compose_config([*SMALL, "train.batch_size=8", "model.dropout=0"])
+    for name in ("estimate", "export"):
+        stage = STAGE_BY_NAME[name]
+        stage.run(cfg, {upstream: tmp_path / upstream for upstream in stage.upstream}, tmp_path / name)
+    inputs = {"preprocess": tmp_path / "preprocess", "export": tmp_path / "export"}
+    train = STAGE_BY_NAME["train"]
+    single = train.run(cfg, inputs, tmp_path / "single")
+    distributed = {**cfg, "train": {**cfg["train"], "distributed": {"nproc_per_node": 2, "nnodes": 1,
+                                                                     "rdzv_endpoint": None}}}
+    ranks = train.run(distributed, inputs, tmp_path / "ranks")
+    assert ranks.keys() == single.keys() and math.isfinite(ranks["test_mae"])
+    assert sorted(p.name for p in (tmp_path / "ranks").iterdir()) == sorted(p.name for p in (tmp_path / "single").iterdir())
