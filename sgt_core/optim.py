@@ -61,23 +61,32 @@ class AdamW:
 
     @torch.no_grad()
     def step(self) -> None:
+        """One update of every parameter that has a gradient, all at once (torch's multi-tensor `_foreach_`
+        operations: per element the single-tensor arithmetic, without one Python round per parameter,
+        which on a network of many small tensors and batches of small graphs was most of the step)."""
         beta1, beta2 = self.betas
-        for index, (parameter, weight_decay, exp_avg, exp_avg_sq) in enumerate(
-            zip(self.parameters, self.weight_decays, self.exp_avg, self.exp_avg_sq)
-        ):
-            if parameter.grad is None:
-                continue
-            grad = parameter.grad
+        stepped = [index for index, parameter in enumerate(self.parameters) if parameter.grad is not None]
+        if not stepped:
+            return
+        for index in stepped:
             self.steps[index] += 1
-            step = self.steps[index]
-            if self.decoupled_weight_decay:
-                parameter.mul_(1 - self.lr * weight_decay)
-            elif weight_decay:
-                grad = grad.add(parameter, alpha=weight_decay)
-            exp_avg.lerp_(grad, 1 - beta1)
-            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            denominator = (exp_avg_sq.sqrt() / math.sqrt(1 - beta2**step)).add_(self.eps)
-            parameter.addcdiv_(exp_avg, denominator, value=-self.lr / (1 - beta1**step))
+        parameters = [self.parameters[i] for i in stepped]
+        grads = [self.parameters[i].grad for i in stepped]
+        exp_avg = [self.exp_avg[i] for i in stepped]
+        exp_avg_sq = [self.exp_avg_sq[i] for i in stepped]
+        decays = [self.weight_decays[i] for i in stepped]
+        steps = [self.steps[i] for i in stepped]
+        if self.decoupled_weight_decay:
+            torch._foreach_mul_(parameters, [1 - self.lr * decay for decay in decays])
+        elif any(decays):
+            grads = torch._foreach_add(grads, torch._foreach_mul(parameters, decays))
+        torch._foreach_lerp_(exp_avg, grads, 1 - beta1)
+        torch._foreach_mul_(exp_avg_sq, beta2)
+        torch._foreach_addcmul_(exp_avg_sq, grads, grads, value=1 - beta2)
+        denominators = torch._foreach_sqrt(exp_avg_sq)
+        torch._foreach_div_(denominators, [math.sqrt(1 - beta2**step) for step in steps])
+        torch._foreach_add_(denominators, self.eps)
+        torch._foreach_addcdiv_(parameters, exp_avg, denominators, [-self.lr / (1 - beta1**step) for step in steps])
 
 
 class CosineWithWarmup:
