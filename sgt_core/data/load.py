@@ -15,6 +15,7 @@ from sgt_core.data.npz import load_npz
 from sgt_core.data.pyg import load_pyg
 from sgt_core.data.synthetic import generate_synthetic
 from sgt_core.data.tables import load_tables
+from sgt_core.data.zinc import load_zinc
 from sgt_core.errors import ConfigError
 from sgt_core.numerics import LARGE_FEATURE
 
@@ -29,6 +30,7 @@ LOADERS: dict[str, Callable[..., Data]] = {
     "long_range": generate_long_range_rings,
     "parquet": load_tables,
     "synthetic": generate_synthetic,
+    "zinc": load_zinc,
 }
 
 
