@@ -11,6 +11,7 @@ from torch_geometric.data import Data
 
 from sgt_core.data.long_range import generate_long_range_rings
 from sgt_core.data.minesweeper import generate_minesweeper
+from sgt_core.data.molecules import load_molecules
 from sgt_core.data.npz import load_npz
 from sgt_core.data.pyg import load_pyg
 from sgt_core.data.synthetic import generate_synthetic
@@ -31,6 +32,7 @@ LOADERS: dict[str, Callable[..., Data]] = {
     "parquet": load_tables,
     "synthetic": generate_synthetic,
     "zinc": load_zinc,
+    "molecules": load_molecules,
 }
 
 
