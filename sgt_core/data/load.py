@@ -13,6 +13,7 @@ from sgt_core.data.long_range import generate_long_range_rings
 from sgt_core.data.minesweeper import generate_minesweeper
 from sgt_core.data.molecules import load_molecules
 from sgt_core.data.npz import load_npz
+from sgt_core.data.ogb_nodes import load_ogb
 from sgt_core.data.pyg import load_pyg
 from sgt_core.data.synthetic import generate_synthetic
 from sgt_core.data.tables import load_tables
@@ -33,6 +34,7 @@ LOADERS: dict[str, Callable[..., Data]] = {
     "synthetic": generate_synthetic,
     "zinc": load_zinc,
     "molecules": load_molecules,
+    "ogb": load_ogb,
 }
 
 
