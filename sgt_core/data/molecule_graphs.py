@@ -54,7 +54,8 @@ def parse_molecules(
         The RDKit molecules and int64 [M] the positions in `smiles` they come from (all of them unless skipped).
 
     Raises:
-        DatasetError: At the first molecule RDKit cannot make, naming the file, where, and why.
+        DatasetError: At the first molecule RDKit cannot make, naming the file, where, and why (or, skipping
+            them, when none is left).
     """
     from rdkit import Chem, rdBase
 
@@ -72,6 +73,8 @@ def parse_molecules(
             skipped.append(position)
     if skipped:
         log.warning("%s: skipped %s", source, describe_skipped(skipped, len(smiles), where))
+    if not molecules:
+        raise DatasetError(f"{source}: no molecule to load: RDKit parses none of its {len(smiles):,} SMILES")
     return molecules, np.asarray(kept, dtype=np.int64)
 
 

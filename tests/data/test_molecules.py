@@ -201,6 +201,12 @@ def test_skip_invalid_skips_and_logs_how_many_and_which(tmp_path, caplog):
     assert data.notes["molecules_skipped"].startswith("2 of 13 molecules")
 
 
+def test_skipping_every_molecule_leaves_nothing_to_load(tmp_path):
+    path = classes_csv(tmp_path, ["C1CC", "", "N(", "Q"])
+    with pytest.raises(DatasetError, match=r"no molecule to load: RDKit parses none of its 4 SMILES"):
+        load(path, skip_invalid=True)
+
+
 def test_a_missing_smiles_is_named(tmp_path):
     path = classes_csv(tmp_path, [*SMILES[:3], "", *SMILES[4:]])
     with pytest.raises(DatasetError, match=r"row 3 \(0-based; line 5\): the SMILES is missing"):
