@@ -252,12 +252,10 @@ def _undirected(edge_index: np.ndarray, codes: np.ndarray | None, floats: np.nda
                 num_nodes: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Both directions of every edge, sorted, no self-loops or repeats, each edge's features carried along."""
     edges = torch.as_tensor(edge_index).to(torch.int64)
+    attributes = [torch.as_tensor(a) for a in (codes, floats) if a is not None]
+    edges, attributes = remove_self_loops(edges, attributes or None)
     if codes is None and floats is None:
-        return to_undirected(remove_self_loops(edges)[0], num_nodes=num_nodes), None, None
-    # remove_self_loops carries one attribute tensor, not a list: the loops are dropped from each by one mask.
-    not_loop = edges[0] != edges[1]
-    edges = edges[:, not_loop]
-    attributes = [torch.as_tensor(a)[not_loop] for a in (codes, floats) if a is not None]
+        return to_undirected(edges, num_nodes=num_nodes), None, None
     undirected_codes = undirected_floats = None
     if codes is not None:  # the larger code where the two directions disagree
         undirected, undirected_codes = to_undirected(edges, attributes[0].long(), num_nodes, reduce="max")
