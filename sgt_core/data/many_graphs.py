@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from torch_geometric.data import Data
-from torch_geometric.utils import remove_self_loops, to_undirected
+from torch_geometric.utils import to_undirected
 
 from sgt_core.data.validate import (
     SPLIT_NAMES,
@@ -252,13 +252,15 @@ def _undirected(edge_index: np.ndarray, codes: np.ndarray | None, floats: np.nda
                 num_nodes: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Both directions of every edge, sorted, no self-loops or repeats, each edge's features carried along."""
     edges = torch.as_tensor(edge_index).to(torch.int64)
-    attributes = [torch.as_tensor(a) for a in (codes, floats) if a is not None]
-    edges, attributes = remove_self_loops(edges, attributes or None)
+    loops = edges[0] == edges[1]
+    edges = edges[:, ~loops]
     if codes is None and floats is None:
         return to_undirected(edges, num_nodes=num_nodes), None, None
     undirected_codes = undirected_floats = None
     if codes is not None:  # the larger code where the two directions disagree
-        undirected, undirected_codes = to_undirected(edges, attributes[0].long(), num_nodes, reduce="max")
+        undirected, undirected_codes = to_undirected(edges, torch.as_tensor(codes)[~loops].long(), num_nodes,
+                                                     reduce="max")
     if floats is not None:
-        undirected, undirected_floats = to_undirected(edges, attributes[-1].float(), num_nodes, reduce="mean")
+        undirected, undirected_floats = to_undirected(edges, torch.as_tensor(floats)[~loops].float(), num_nodes,
+                                                      reduce="mean")
     return undirected, undirected_codes, undirected_floats
