@@ -166,7 +166,8 @@ def test_force_added_existing_keys_and_presets_still_apply():
 
 def test_every_dataset_config_has_the_standardize_switch_off():
     required = {"npz": ["dataset.path=x.npz"], "pyg": ["dataset.pyg_name=Cora"],
-                "parquet": ["dataset.nodes.path=n.parquet", "dataset.edges.path=e.parquet"]}
+                "parquet": ["dataset.nodes.path=n.parquet", "dataset.edges.path=e.parquet"],
+                "molecules": ["dataset.path=m.csv", "dataset.label_columns=[y]"], "ogb": ["dataset.ogb_name=ogbn-arxiv"]}
     for name in sorted(path.stem for path in (config_dir() / "dataset").glob("*.yaml")):
         assert compose_config([f"dataset={name}", *required.get(name, [])])["dataset"]["standardize"] is False
 
@@ -268,7 +269,8 @@ def test_the_typed_config_holds_every_value_of_the_dict():
 def _option_overrides() -> list[list[str]]:
     """One composition per option file of every group in conf/, plus every experiment preset."""
     required = {"npz": ["dataset.path=x.npz"], "pyg": ["dataset.pyg_name=Cora"],
-                "parquet": ["dataset.nodes.path=n.parquet", "dataset.edges.path=e.parquet"]}
+                "parquet": ["dataset.nodes.path=n.parquet", "dataset.edges.path=e.parquet"],
+                "molecules": ["dataset.path=m.csv", "dataset.label_columns=[y]"], "ogb": ["dataset.ogb_name=ogbn-arxiv"]}
     runs = []
     for group in sorted(path for path in config_dir().iterdir() if path.is_dir()):
         for option in sorted(group.glob("*.yaml")):

@@ -11,10 +11,13 @@ from torch_geometric.data import Data
 
 from sgt_core.data.long_range import generate_long_range_rings
 from sgt_core.data.minesweeper import generate_minesweeper
+from sgt_core.data.molecules import load_molecules
 from sgt_core.data.npz import load_npz
+from sgt_core.data.ogb_nodes import load_ogb
 from sgt_core.data.pyg import load_pyg
 from sgt_core.data.synthetic import generate_synthetic
 from sgt_core.data.tables import load_tables
+from sgt_core.data.zinc import load_zinc
 from sgt_core.errors import ConfigError
 from sgt_core.numerics import LARGE_FEATURE
 
@@ -29,6 +32,9 @@ LOADERS: dict[str, Callable[..., Data]] = {
     "long_range": generate_long_range_rings,
     "parquet": load_tables,
     "synthetic": generate_synthetic,
+    "zinc": load_zinc,
+    "molecules": load_molecules,
+    "ogb": load_ogb,
 }
 
 
