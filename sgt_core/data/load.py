@@ -13,6 +13,7 @@ from sgt_core.data.long_range import generate_long_range_rings
 from sgt_core.data.minesweeper import generate_minesweeper
 from sgt_core.data.npz import load_npz
 from sgt_core.data.pyg import load_pyg
+from sgt_core.data.sbm import generate_sbm_cluster, generate_sbm_pattern
 from sgt_core.data.synthetic import generate_synthetic
 from sgt_core.data.tables import load_tables
 from sgt_core.errors import ConfigError
@@ -29,6 +30,8 @@ LOADERS: dict[str, Callable[..., Data]] = {
     "long_range": generate_long_range_rings,
     "parquet": load_tables,
     "synthetic": generate_synthetic,
+    "sbm_pattern": generate_sbm_pattern,
+    "sbm_cluster": generate_sbm_cluster,
 }
 
 
