@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from torch_geometric.data import Data
-from torch_geometric.utils import remove_self_loops, to_undirected
+from torch_geometric.utils import to_undirected
 
 from sgt_core.data.validate import (
     SPLIT_NAMES,
@@ -252,8 +252,10 @@ def _undirected(edge_index: np.ndarray, codes: np.ndarray | None, floats: np.nda
                 num_nodes: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """Both directions of every edge, sorted, no self-loops or repeats, each edge's features carried along."""
     edges = torch.as_tensor(edge_index).to(torch.int64)
-    attributes = [torch.as_tensor(a) for a in (codes, floats) if a is not None]
-    edges, attributes = remove_self_loops(edges, attributes or None)
+    # Self-loops masked here, not by PyG's remove_self_loops: that takes one attribute tensor, not a list.
+    not_loop = edges[0] != edges[1]  # [E]
+    edges = edges[:, not_loop]
+    attributes = [torch.as_tensor(a)[not_loop] for a in (codes, floats) if a is not None]
     if codes is None and floats is None:
         return to_undirected(edges, num_nodes=num_nodes), None, None
     undirected_codes = undirected_floats = None
