@@ -16,6 +16,7 @@ from sgt_core.data.pyg import load_pyg
 from sgt_core.data.sbm import generate_sbm_cluster, generate_sbm_pattern
 from sgt_core.data.synthetic import generate_synthetic
 from sgt_core.data.tables import load_tables
+from sgt_core.data.tu import load_tu
 from sgt_core.errors import ConfigError
 from sgt_core.numerics import LARGE_FEATURE
 
@@ -32,6 +33,7 @@ LOADERS: dict[str, Callable[..., Data]] = {
     "synthetic": generate_synthetic,
     "sbm_pattern": generate_sbm_pattern,
     "sbm_cluster": generate_sbm_cluster,
+    "tu": load_tu,
 }
 
 
