@@ -151,7 +151,11 @@ def dataset_fingerprint(dataset_cfg: dict) -> str | None:
     if not path:
         return None
     if Path(path).is_dir():
-        raise DatasetError(f"{path}: is a directory; expected a .npz file (dataset.path)")
+        if dataset_cfg.get("name") == "npz":
+            raise DatasetError(f"{path}: is a directory; expected a .npz file (dataset.path)")
+        # A dataset kept as a folder of files (TU, ZINC): every file in it, by its path inside the folder.
+        files = sorted(file for file in Path(path).rglob("*") if file.is_file())
+        return fingerprint({str(file.relative_to(path)): file_fingerprint(file) for file in files})
     if not Path(path).is_file():
         raise DatasetError(f"{path}: no such file")
     return file_fingerprint(Path(path))
@@ -181,7 +185,8 @@ def stage_keys(cfg: dict, root: Path = PACKAGE_ROOT) -> dict[str, str]:
 
 
 def dataset_id(cfg: dict) -> str:
-    """A short readable dataset name for experiment names: minesweeper, npz-tolokers, pyg-cora, parquet-web."""
+    """A short readable dataset name for experiment names: minesweeper, npz-tolokers, pyg-cora, parquet-web,
+    tu-mutag."""
     dataset = cfg["dataset"]
     if dataset["name"] == "parquet":
         return f"parquet-{dataset['graph_name']}" if dataset.get("graph_name") else "parquet"
@@ -189,4 +194,6 @@ def dataset_id(cfg: dict) -> str:
         return f"npz-{Path(dataset['path']).stem}"
     if dataset["name"] == "pyg":
         return f"pyg-{str(dataset['pyg_name']).lower()}"
+    if dataset["name"] == "tu":
+        return f"tu-{Path(dataset['path']).name.lower()}"
     return dataset["name"]
