@@ -15,6 +15,7 @@ from sgt_core.data.npz import load_npz
 from sgt_core.data.pyg import load_pyg
 from sgt_core.data.sbm import generate_sbm_cluster, generate_sbm_pattern
 from sgt_core.data.synthetic import generate_synthetic
+from sgt_core.data.synthetic_multilabel import generate_synthetic_multilabel
 from sgt_core.data.tables import load_tables
 from sgt_core.data.tu import load_tu
 from sgt_core.errors import ConfigError
@@ -34,6 +35,7 @@ LOADERS: dict[str, Callable[..., Data]] = {
     "sbm_pattern": generate_sbm_pattern,
     "sbm_cluster": generate_sbm_cluster,
     "tu": load_tu,
+    "synthetic_multilabel": generate_synthetic_multilabel,
 }
 
 
