@@ -142,10 +142,11 @@ def stage_environment(stage: Stage, cfg: dict) -> dict[str, str]:
 def dataset_fingerprint(dataset_cfg: dict) -> str | None:
     """The content hash of a file-backed dataset, so editing the file invalidates the cache."""
     if dataset_cfg.get("name") == "parquet":
-        from sgt_core.data.tables import table_paths  # here: it imports duckdb, pyarrow and torch_geometric
+        # here: it imports duckdb, pyarrow and torch_geometric
+        from sgt_core.data.graph_tables import parquet_table_paths
 
-        # Every file of both tables, so that editing, adding or removing a file matched by a glob counts.
-        files = table_paths(dataset_cfg.get("nodes"), dataset_cfg.get("edges"))
+        # Every file of every table, so that editing, adding or removing a file matched by a glob counts.
+        files = parquet_table_paths(dataset_cfg)
         return fingerprint({table: [file_fingerprint(path) for path in paths] for table, paths in files.items()})
     path = dataset_cfg.get("path")
     if not path:
