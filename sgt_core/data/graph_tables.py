@@ -241,7 +241,7 @@ def _label_kind(source: str, key: str, names: list[str], columns: dict[str, pa.D
 
 
 def _task_for(level: str, kind: str, several: bool, task: str | None, source: str, key: str) -> str:
-    """The task: `task` when given (checked against the labels), else the one the labels' kind implies."""
+    """The task: `task` when given (of this level; checked against the labels), else the one the labels imply."""
     implied = {("class", False): "classification", ("text", False): "classification",
                ("binary", True): "multilabel", ("value", False): "regression", ("value", True): "regression"}
     if task is None:
@@ -250,9 +250,6 @@ def _task_for(level: str, kind: str, several: bool, task: str | None, source: st
             raise DatasetError(f"{source}: label column(s) {key} hold floats, but node-level regression is not a "
                                "task; give class ids or lists of 0/1 labels")
         return f"{level}_{kind_name}"
-    if task.split("_", 1)[0] != level:
-        raise ConfigError(f"dataset.task={task}: reads {task.split('_', 1)[0]} labels, but these are {level} labels "
-                          f"(dataset.{key})")
     wanted = task.split("_", 1)[1]
     if wanted == "classification" and (several or kind == "value"):
         raise DatasetError(f"{source}: dataset.task={task} needs one class id per {level}, but dataset.{key} holds "
