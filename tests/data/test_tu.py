@@ -222,3 +222,16 @@ def test_editing_a_file_of_the_folder_changes_the_cache_key_and_the_experiment_i
     labels = tiny / "TINY_graph_labels.txt"
     labels.write_text(labels.read_text().replace("1\n", "2\n", 1))
     assert stage_keys(cfg)["preprocess"] != before
+
+
+def test_a_fold_sweep_reports_mean_and_std_over_the_folds(capsys):
+    from flows.cli import print_sweep_summary
+
+    results = [(["dataset.path=tu/MUTAG", f"dataset.fold={fold}"], {"metrics": {"test_accuracy": accuracy}})
+               for fold, accuracy in enumerate([0.8, 0.9, 1.0])]
+    results.append((["dataset.path=tu/NCI1", "dataset.fold=0"], {"metrics": {"test_accuracy": 0.7}}))
+    print_sweep_summary(results)
+    out = capsys.readouterr().out
+    assert "summary over seeds and folds (mean ± std):" in out
+    assert "dataset.path=tu/MUTAG  [3 runs]\n    test_accuracy = 0.9000 ± 0.1000" in out
+    assert "dataset.path=tu/NCI1  [1 runs]" in out
