@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from torch_geometric.utils import to_undirected
 
 from sgt_core.config import compose_config
 from sgt_core.data import load_dataset
@@ -234,3 +235,10 @@ def test_the_full_sets_have_the_benchmarks_graphs():
         graphs = make(num_graphs=sum(splits))
         assert [graphs_in(graphs[f"{name}_mask"], graphs.graph_ptr) for name in ("train", "val", "test")] == splits
         del graphs
+
+
+@pytest.mark.parametrize("name", ["pattern", "cluster"])
+def test_the_edges_are_coalesced_as_pyg_would_make_them(name, pattern_set, cluster_set):
+    graphs = {"pattern": pattern_set, "cluster": cluster_set}[name]
+    num_nodes = int(graphs.graph_ptr[-1])
+    assert torch.equal(graphs.edge_index, to_undirected(graphs.edge_index, num_nodes=num_nodes))
