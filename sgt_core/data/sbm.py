@@ -45,8 +45,8 @@ CLUSTER_P, CLUSTER_Q = 0.55, 0.25
 CLUSTER_VOCABULARY = CLUSTER_COMMUNITIES + 1  # 0, or the seeded node's community id + 1
 CLUSTER_SPLIT = (10_000, 1_000, 1_000)
 
-# Node pairs drawn at once (one float32 draw each plus a few small per-pair arrays, ~0.2 GB a chunk): large
-# enough that the per-chunk overhead vanishes, small enough that memory stays bounded at any num_graphs.
+# Node pairs drawn at once (a float32 draw, its probability and int64 block codes per pair: ~0.5 GB a chunk):
+# large enough that the per-chunk overhead vanishes, small enough that memory stays bounded at any num_graphs.
 CHUNK_PAIRS = 1 << 24
 
 
