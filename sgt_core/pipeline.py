@@ -150,10 +150,11 @@ def dataset_fingerprint(dataset_cfg: dict) -> str | None:
     set's) by every file in it, names included.
     """
     if dataset_cfg.get("name") == "parquet":
-        from sgt_core.data.tables import table_paths  # here: it imports duckdb, pyarrow and torch_geometric
+        # here: it imports duckdb, pyarrow and torch_geometric
+        from sgt_core.data.graph_tables import parquet_table_paths
 
-        # Every file of both tables, so that editing, adding or removing a file matched by a glob counts.
-        files = table_paths(dataset_cfg.get("nodes"), dataset_cfg.get("edges"))
+        # Every file of every table, so that editing, adding or removing a file matched by a glob counts.
+        files = parquet_table_paths(dataset_cfg)
         return fingerprint({table: [file_fingerprint(path) for path in paths] for table, paths in files.items()})
     paths = {key: dataset_cfg[key] for key in DATASET_FILE_KEYS if isinstance(dataset_cfg.get(key), str)}
     if not paths:

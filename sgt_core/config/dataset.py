@@ -12,7 +12,7 @@ from sgt_core.config.section import BOOLEAN, Problem
 
 # The loaders' names, `LOADERS`' keys (a test checks they agree).
 DATASET_NAMES: tuple[str, ...] = ("minesweeper", "npz", "pyg", "long_range", "parquet", "synthetic", "zinc",
-                                  "molecules", "ogb")
+                                  "molecules", "ogb", "sbm_pattern", "sbm_cluster", "tu", "synthetic_multilabel")
 # The names `dataset=pyg dataset.pyg_name=...` accepts, case-insensitively: `sgt_core.data.pyg.PYG_DATASETS`.
 PYG_NAMES: tuple[str, ...] = ("Cora", "CiteSeer", "PubMed", "Minesweeper", "Tolokers", "Roman-empire",
                               "Amazon-ratings", "Questions", "Computers", "Photo", "CS", "Physics", "WikiCS")

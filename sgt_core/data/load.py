@@ -9,14 +9,17 @@ from collections.abc import Callable, Mapping
 import torch
 from torch_geometric.data import Data
 
+from sgt_core.data.graph_tables import load_parquet
 from sgt_core.data.long_range import generate_long_range_rings
 from sgt_core.data.minesweeper import generate_minesweeper
 from sgt_core.data.molecules import load_molecules
 from sgt_core.data.npz import load_npz
 from sgt_core.data.ogb_nodes import load_ogb
 from sgt_core.data.pyg import load_pyg
+from sgt_core.data.sbm import generate_sbm_cluster, generate_sbm_pattern
 from sgt_core.data.synthetic import generate_synthetic
-from sgt_core.data.tables import load_tables
+from sgt_core.data.synthetic_multilabel import generate_synthetic_multilabel
+from sgt_core.data.tu import load_tu
 from sgt_core.data.zinc import load_zinc
 from sgt_core.errors import ConfigError
 from sgt_core.numerics import LARGE_FEATURE
@@ -30,11 +33,15 @@ LOADERS: dict[str, Callable[..., Data]] = {
     "npz": load_npz,
     "pyg": load_pyg,
     "long_range": generate_long_range_rings,
-    "parquet": load_tables,
+    "parquet": load_parquet,
     "synthetic": generate_synthetic,
     "zinc": load_zinc,
     "molecules": load_molecules,
     "ogb": load_ogb,
+    "sbm_pattern": generate_sbm_pattern,
+    "sbm_cluster": generate_sbm_cluster,
+    "tu": load_tu,
+    "synthetic_multilabel": generate_synthetic_multilabel,
 }
 
 

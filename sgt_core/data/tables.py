@@ -286,22 +286,23 @@ def _feature_columns(source: str, features: str | list[str], others: set[str], c
     return names
 
 
-def _features_sql(source: str, names: list[str], columns: dict[str, pa.DataType]) -> str:
-    """SQL for one DOUBLE[] per node: the list column itself, or the scalar columns packed into a list."""
+def _features_sql(source: str, names: list[str], columns: dict[str, pa.DataType], table: str = "nodes") -> str:
+    """SQL for one DOUBLE[] per row of `table` (nodes, or edges in the graph-level form): the list column
+    itself, or the scalar columns packed into a list."""
     if len(names) == 1 and _is_list(columns[names[0]]):
         value_type = columns[names[0]].value_type
         if not _is_number(value_type):
             raise DatasetError(
                 f"{source}: feature column {names[0]!r} holds lists of {value_type}, expected lists of numbers"
             )
-        return f"CAST(nodes.{_identifier(names[0])} AS DOUBLE[])"
+        return f"CAST({table}.{_identifier(names[0])} AS DOUBLE[])"
     for name in names:
         if not _is_number(columns[name]):
             raise DatasetError(
                 f"{source}: feature column {name!r} has type {columns[name]}, expected numbers (or a single "
                 "column of numeric lists)"
             )
-    packed = ", ".join(f"nodes.{_identifier(name)}" for name in names)
+    packed = ", ".join(f"{table}.{_identifier(name)}" for name in names)
     return f"CAST(list_value({packed}) AS DOUBLE[])"
 
 
