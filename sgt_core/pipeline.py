@@ -200,7 +200,7 @@ def stage_keys(cfg: dict, root: Path = PACKAGE_ROOT) -> dict[str, str]:
 
 def dataset_id(cfg: dict) -> str:
     """A short readable dataset name for experiment names: minesweeper, npz-tolokers, pyg-cora, parquet-web,
-    zinc, tu-MUTAG, molecules-HIV."""
+    zinc, tu-mutag, molecules-hiv."""
     dataset = cfg["dataset"]
     if dataset["name"] == "parquet":
         return f"parquet-{dataset['graph_name']}" if dataset.get("graph_name") else "parquet"
@@ -208,8 +208,8 @@ def dataset_id(cfg: dict) -> str:
         return f"npz-{Path(dataset['path']).stem}"
     if dataset["name"] == "pyg":
         return f"pyg-{str(dataset['pyg_name']).lower()}"
-    if dataset["name"] in ("tu", "molecules"):  # a folder's or a file's name: tu-MUTAG, molecules-HIV
-        return f"{dataset['name']}-{Path(str(dataset['path'])).name.split('.')[0]}"
+    if dataset["name"] in ("tu", "molecules"):  # a folder's or a file's name: tu-mutag, molecules-hiv
+        return f"{dataset['name']}-{Path(str(dataset['path'])).name.split('.')[0].lower()}"
     if dataset["name"] == "ogb":
         return str(dataset.get("ogb_name", "ogb"))
     return dataset["name"]

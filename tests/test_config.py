@@ -204,7 +204,7 @@ def _composed_with(key: str, value) -> dict:
     ("preprocess.expander.degre", 4, "preprocess.expander.degre: unknown key; valid keys in preprocess.expander"),
     ("sampler.name", "reservoir", "sampler.name: unknown key; valid keys in sampler: method"),
     ("colour", "blue", "colour: unknown key; valid keys in the config: dataset, estimator"),
-    ("model.local", "gin", "model.local: expected one of none, gcn, sage, gatv2, found 'gin'"),
+    ("model.local", "gin", "model.local: expected one of none, gcn, sage, gatv2, gine, found 'gin'"),
     ("model.local_aggregation", "max", "model.local_aggregation: expected one of mean, sum"),
     ("model.degree_signal", "yes", "model.degree_signal: must be true or false"),
     ("model.local_steps", 0, "model.local_steps: must be an integer >= 1, found 0"),
@@ -314,9 +314,10 @@ def test_the_network_groups_pass_their_networks_arguments_and_keep_their_trainin
     from sgt_core.models import AttentionScoreEstimator, Spexphormer
 
     config = validate_config(compose_config(["+experiment=all_components"]))
-    sizes = {"in_features": 3, "num_classes": 2, "num_edge_types": 4, "num_node_kinds": 3, "lpe_eigenpairs": 8}
+    sizes = {"in_features": 3, "num_outputs": 2, "num_edge_types": 4, "num_node_kinds": 3, "lpe_eigenpairs": 8}
     estimator, model = config.estimator.network_arguments(), config.model.network_arguments()
-    assert estimator.keys().isdisjoint({"epochs", "lr", "weight_decay", "warmup_epochs", "temperature"})
+    assert estimator.keys().isdisjoint({"epochs", "lr", "weight_decay", "warmup_epochs", "temperature", "batch_size",
+                                        "regression_loss"})
     assert "degrees" not in model and model["hidden"] == config.model.hidden
     AttentionScoreEstimator(**sizes, **estimator)  # an unknown argument would raise TypeError
     Spexphormer(**sizes, **model)
