@@ -25,7 +25,7 @@ def graph_run(prefect_server, tmp_path_factory):
 
 
 def test_a_graph_classification_run_is_tracked_with_its_task_metrics(graph_run):
-    result, root = graph_run
+    result, _ = graph_run
     client = MlflowClient(result["tracking_uri"])
     parent = client.get_run(result["run_id"])
     assert client.get_experiment(parent.info.experiment_id).name == "sgt-tu-toy"
