@@ -13,9 +13,9 @@ from sgt_core.errors import DatasetError
 PTR = np.array([0, 3, 5, 6, 8])
 EDGES = np.array([[0, 1, 2, 3, 6], [1, 2, 0, 4, 7]])
 BONDS = np.array([[0], [1], [2], [1], [0]])
-GRAPHS = dict(graph_ptr=PTR, edge_index=EDGES, x_cat=np.zeros((8, 1), dtype=np.int64), x_cat_sizes=[1],
-              y=np.array([0, 1, 1, 0]), train_mask=np.array([True, True, False, False]),
-              val_mask=np.array([False, False, True, False]), test_mask=np.array([False, False, False, True]))
+GRAPHS = {"graph_ptr": PTR, "edge_index": EDGES, "x_cat": np.zeros((8, 1), dtype=np.int64), "x_cat_sizes": [1],
+              "y": np.array([0, 1, 1, 0]), "train_mask": np.array([True, True, False, False]),
+              "val_mask": np.array([False, False, True, False]), "test_mask": np.array([False, False, False, True])}
 
 
 def build(**changes):
