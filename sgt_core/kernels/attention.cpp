@@ -214,17 +214,44 @@ void rows_into_code_gradients(int64_t rows, int64_t table, int64_t scale_size, s
 // ---------------------------------------------------------------------------------------------------
 
 // row[0, width) = code_row + sum_j f_j feature_rows[j * stride ...]: an edge's (or a slot head's) E terms.
+// WIDTH > 0 fixes the width at compile time (4, or blocks of 8): the sum then runs in registers. Summed
+// into `row` itself, each feature's adds would wait on the previous feature's stores (row may alias the
+// tables, so the compiler keeps it in memory), several times the arithmetic's cost per edge.
+template <int WIDTH, typename scalar_t>
+inline void featured_row_of(const scalar_t* code_row, const scalar_t* feature_rows, int64_t stride,
+                            int64_t runtime_width, const scalar_t* f, int64_t num_features, scalar_t* row) {
+  if constexpr (WIDTH > 0) {
+    scalar_t sum[WIDTH];
+    for (int64_t t = 0; t < WIDTH; t++) sum[t] = code_row[t];
+    for (int64_t j = 0; j < num_features; j++) {
+      const scalar_t fj = f[j];
+      if (fj == 0) continue;
+      const scalar_t* w = feature_rows + j * stride;
+      for (int64_t t = 0; t < WIDTH; t++) sum[t] += fj * w[t];
+    }
+    for (int64_t t = 0; t < WIDTH; t++) row[t] = sum[t];
+  } else {
+    for (int64_t t = 0; t < runtime_width; t++) row[t] = code_row[t];
+    for (int64_t j = 0; j < num_features; j++) {
+      const scalar_t fj = f[j];
+      if (fj == 0) continue;
+      const scalar_t* w = feature_rows + j * stride;
+#pragma omp simd
+      for (int64_t t = 0; t < runtime_width; t++) row[t] += fj * w[t];
+    }
+  }
+}
+
+// Any width, in blocks of 8 columns (each column's sum is the same whatever the blocks).
 template <typename scalar_t>
 inline void featured_row(const scalar_t* code_row, const scalar_t* feature_rows, int64_t stride, int64_t width,
                          const scalar_t* f, int64_t num_features, scalar_t* row) {
-  for (int64_t t = 0; t < width; t++) row[t] = code_row[t];
-  for (int64_t j = 0; j < num_features; j++) {
-    const scalar_t fj = f[j];
-    if (fj == 0) continue;
-    const scalar_t* w = feature_rows + j * stride;
-#pragma omp simd
-    for (int64_t t = 0; t < width; t++) row[t] += fj * w[t];
+  if (width == 4) return featured_row_of<4>(code_row, feature_rows, stride, width, f, num_features, row);
+  int64_t t = 0;
+  for (; t + 8 <= width; t += 8) {
+    featured_row_of<8>(code_row + t, feature_rows + t, stride, 8, f, num_features, row + t);
   }
+  if (t < width) featured_row_of<0>(code_row + t, feature_rows + t, stride, width - t, f, num_features, row + t);
 }
 
 // bias + sum_j f_j feature_biases[j * stride]: an edge's (or a slot head's) B term.
@@ -239,10 +266,11 @@ inline scalar_t featured_bias(scalar_t bias, const scalar_t* feature_biases, int
 
 // The feature rows' share of an edge's gradient: f_j times its code row's terms (g_scale, `width` values of E;
 // g_bias of B), added into the partial tables' feature rows.
-template <typename scalar_t>
-inline void add_feature_gradients(scalar_t* part_rows, int64_t stride, int64_t width, const scalar_t* g_scale,
-                                  scalar_t* part_biases, int64_t bias_stride, scalar_t g_bias, const scalar_t* f,
-                                  int64_t num_features) {
+template <int WIDTH, typename scalar_t>
+inline void add_feature_gradients_of(scalar_t* part_rows, int64_t stride, int64_t runtime_width,
+                                     const scalar_t* g_scale, scalar_t* part_biases, int64_t bias_stride,
+                                     scalar_t g_bias, const scalar_t* f, int64_t num_features) {
+  const int64_t width = WIDTH > 0 ? WIDTH : runtime_width;
   for (int64_t j = 0; j < num_features; j++) {
     const scalar_t fj = f[j];
     if (fj == 0) continue;
@@ -251,6 +279,21 @@ inline void add_feature_gradients(scalar_t* part_rows, int64_t stride, int64_t w
     for (int64_t t = 0; t < width; t++) p[t] += fj * g_scale[t];
     part_biases[j * bias_stride] += fj * g_bias;
   }
+}
+
+template <typename scalar_t>
+inline void add_feature_gradients(scalar_t* part_rows, int64_t stride, int64_t width, const scalar_t* g_scale,
+                                  scalar_t* part_biases, int64_t bias_stride, scalar_t g_bias, const scalar_t* f,
+                                  int64_t num_features) {
+  if (width == 8) {
+    return add_feature_gradients_of<8>(part_rows, stride, width, g_scale, part_biases, bias_stride, g_bias, f,
+                                       num_features);
+  }
+  if (width == 4) {
+    return add_feature_gradients_of<4>(part_rows, stride, width, g_scale, part_biases, bias_stride, g_bias, f,
+                                       num_features);
+  }
+  add_feature_gradients_of<0>(part_rows, stride, width, g_scale, part_biases, bias_stride, g_bias, f, num_features);
 }
 
 // Checks the optional features: the query's dtype, `shape` then F columns, at most as many as the tables' rows
