@@ -106,7 +106,8 @@ class Spexphormer(nn.Module):
         deepnorm: DeepNorm residuals (DeepGraph) instead of batch norm, for deep stacks.
         num_spd_buckets: SPD buckets of anchor/k-hop edges (0: no SPD terms), see `SampledAttention`.
         local: the local branch of every layer, `none`, `gcn`, `sage` or `gatv2` (`LocalMessagePassing`), or
-            `gine` (`GINEBranch`, reading the edges' feature codes and continuous features).
+            `gine` (`GINEBranch`, reading the edges' feature codes and continuous features); gatv2 reads the
+            continuous features too.
         local_aggregation: the sage branch's aggregation, mean or sum.
         local_steps, local_teleport: the gcn branch's APPNP propagation, K steps with teleport alpha
             (`LocalMessagePassing`'s `steps`, `teleport`); 1 and 0 give one GCN hop.
@@ -146,7 +147,7 @@ class Spexphormer(nn.Module):
             if local == "gine":
                 return GINEBranch(hidden, num_edge_attr_codes, graph_edge_type, edge_feature_dim)
             return LocalMessagePassing(local, hidden, heads, local_aggregation, graph_edge_type, local_steps,
-                                       local_teleport, local_top_k)
+                                       local_teleport, local_top_k, edge_feature_dim)
 
         self.layers = nn.ModuleList(
             SpexphormerLayer(

@@ -274,3 +274,42 @@ def test_a_fresh_sampled_attention_with_features_equals_one_without():
     features = torch.rand(6, 3, NUM_FEATURES)
     assert torch.equal(without(x, x, neighbours, types, mask),
                        with_features(x, x, neighbours, types, mask, neighbour_features=features))
+
+
+def test_gatv2_branch_with_features_equals_pyg_gatv2conv_with_edge_dim():
+    """Dense sampled slots, full layers and Algorithm 2's batches, every neighbour kept: GATv2Conv(edge_dim=Fe)
+    with its self-loops' features the mean of each node's incoming ones."""
+    from torch_geometric.nn import GATv2Conv
+
+    from sgt_core.config.preprocess import ExpanderConfig
+    from sgt_core.models import NodeExtras
+    from sgt_core.models.local_message_passing import LocalMessagePassing
+    from sgt_core.preprocess.builder import build_interaction_graph
+    from sgt_core.preprocess.interaction_graph import NODE_KINDS
+    from tests.models.test_local_message_passing import GRAPH, HEADS, HIDDEN, keep_everything, random_graph
+
+    graph = build_interaction_graph(random_graph(), self_loops=True, virtual_nodes=1, seed=0,
+                                    expander=ExpanderConfig(degree=4, ramanujan_slack=1.0, max_tries=50))
+    torch.manual_seed(0)
+    branch = LocalMessagePassing("gatv2", HIDDEN, HEADS, graph_edge_type=GRAPH, edge_feature_dim=NUM_FEATURES)
+    reference = GATv2Conv(HIDDEN, HIDDEN // HEADS, heads=HEADS, edge_dim=NUM_FEATURES)
+    reference.load_state_dict(branch.conv.state_dict())
+    is_graph = graph.edge_type == GRAPH
+    features = torch.rand(graph.num_edges, NUM_FEATURES) * is_graph.unsqueeze(1)
+    degree = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"), GRAPH).graph_degree
+    h = torch.randn(graph.num_nodes, HIDDEN)
+    expected = reference(h, graph.edge_index[:, is_graph], features[is_graph])  # [N, D]
+    sampler = keep_everything(graph)
+    sampler.edge_features = features
+    (dense,) = sampler.full()
+    assert torch.allclose(branch(h, h, dense, degree), expected, atol=1e-5)
+    targets = torch.tensor([0, 5, 17, 59, graph.num_nodes - 1])
+    input_nodes, (layer,) = sampler.batch(targets)
+    batched = branch(h[input_nodes], h[input_nodes][layer.queries], layer, degree[input_nodes])
+    assert torch.allclose(batched, expected[targets], atol=1e-5)
+    sampler.method = "full"
+    (full,) = sampler.full()
+    assert torch.allclose(branch(h, h, full, degree), expected, atol=1e-5)
+    without = GATv2Conv(HIDDEN, HIDDEN // HEADS, heads=HEADS)
+    without.load_state_dict({k: v for k, v in branch.conv.state_dict().items() if k != "lin_edge.weight"})
+    assert not torch.allclose(without(h, graph.edge_index[:, is_graph]), expected, atol=1e-3)
