@@ -45,6 +45,9 @@ class SampledLayer:
         propagation: the local branch's top-k propagation rows of the queries, or None without them.
         neighbour_attr: int64 [Q, deg] categorical feature code of each sampled edge (0: none), or None
             when the graph has no edge features.
+        neighbour_features: float32 [Q, deg, Fe] continuous features of each sampled edge (zero on edges
+            the input graph lacks; padding slots hold some edge's, which the mask ignores), or None when the
+            graph has none.
     """
 
     queries: Tensor
@@ -54,6 +57,7 @@ class SampledLayer:
     neighbour_spd: Tensor | None = None
     propagation: PropagationRows | None = None
     neighbour_attr: Tensor | None = None
+    neighbour_features: Tensor | None = None
 
     def queries_are_input_rows(self, num_rows: int) -> bool:
         """Whether query q is input row q for each of the layer's `num_rows` input rows (a full-graph layer)."""
@@ -63,10 +67,11 @@ class SampledLayer:
     def to(self, device) -> SampledLayer:
         spd = self.neighbour_spd.to(device) if self.neighbour_spd is not None else None
         attr = self.neighbour_attr.to(device) if self.neighbour_attr is not None else None
+        features = self.neighbour_features.to(device) if self.neighbour_features is not None else None
         propagation = self.propagation.to(device) if self.propagation is not None else None
         tensors = (self.queries, self.neighbours, self.neighbour_type, self.neighbour_mask)
         return SampledLayer(*(t.to(device) for t in tensors), neighbour_spd=spd, propagation=propagation,
-                            neighbour_attr=attr)
+                            neighbour_attr=attr, neighbour_features=features)
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,7 @@ class FullLayer:
         edge_spd: int64 [E] SPD bucket of each edge, or None.
         propagation: the local branch's top-k propagation rows of every node, or None without them.
         edge_attr: int64 [E] categorical feature code of each edge (0: none), or None.
+        edge_features: float32 [E, Fe] continuous features of each edge (zero on added edges), or None.
     """
 
     edge_index: Tensor
@@ -88,3 +94,4 @@ class FullLayer:
     edge_spd: Tensor | None = None
     propagation: PropagationRows | None = None
     edge_attr: Tensor | None = None
+    edge_features: Tensor | None = None

@@ -57,12 +57,14 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
     extras = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"))
     batches = GraphBatches.of(graph.node_graph, graph.node_kind, graph.num_graphs) if graph.num_graphs > 1 else None
     train_graphs = _graphs_with_targets(graph, batches, graph.train_mask) if batches is not None else None
+    # Continuous edge features [E, Fe] only where the graph has them (Fe > 0): every layer reads this one tensor.
+    edge_features = graph.edge_features if graph.edge_features.shape[1] else None
     # Kept for the batches' subgraphs (they are dropped below when one graph trains whole, as before)
-    edge_tensors = (graph.ptr, graph.edge_index, graph.edge_type, graph.edge_spd, graph.edge_attr)
+    edge_tensors = (graph.ptr, graph.edge_index, graph.edge_type, graph.edge_spd, graph.edge_attr, edge_features)
 
     # Degrees, edge codes and the compiled kernels' grouping by source: once, not per layer and epoch.
     edges = model.prepare(graph.edge_index, graph.edge_type, graph.edge_spd if graph.num_spd_buckets else None,
-                          graph.num_nodes, graph.edge_attr if graph.num_edge_attr_codes else None)
+                          graph.num_nodes, graph.edge_attr if graph.num_edge_attr_codes else None, edge_features)
     if edges.compact is not None and batches is None:
         # The compiled kernels read only `edges`' compact copy: the graph's destinations, types and SPD
         # buckets (7 bytes per edge, 1.4 GB at Amazon2M's size) are let go for the rest of the stage.
@@ -156,14 +158,15 @@ def _train_graph_batches(model: AttentionScoreEstimator, optimizer: AdamW, task,
                          extras: NodeExtras, batches: GraphBatches, edge_tensors: tuple, train_graphs: torch.Tensor,
                          batch_size: int | None, tau: float, generator: torch.Generator) -> float:
     """One epoch over the training graphs in shuffled batches of whole graphs; returns the mean batch loss."""
-    ptr, edge_index, edge_type, edge_spd, edge_attr = edge_tensors
+    ptr, edge_index, edge_type, edge_spd, edge_attr, edge_features = edge_tensors
     losses = []
     for batch in batches.shuffled(train_graphs, batch_size, generator):
         nodes = batches.nodes(batch)  # [n] ascending
         edge_ids, local_edges = induced_edges(ptr, edge_index, nodes)  # [e], [2, e]
         edges = model.prepare(local_edges, edge_type[edge_ids],
                               edge_spd[edge_ids] if graph.num_spd_buckets else None, nodes.numel(),
-                              edge_attr[edge_ids] if graph.num_edge_attr_codes else None)
+                              edge_attr[edge_ids] if graph.num_edge_attr_codes else None,
+                              edge_features[edge_ids] if edge_features is not None else None)
         rows = batches.rows(batch, nodes) if graph.graph_level else None
         outputs, _ = model(graph.x[nodes], graph.node_kind[nodes], edges, tau, extras.select(nodes), rows)
         if graph.graph_level:

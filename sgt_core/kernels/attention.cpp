@@ -9,7 +9,8 @@
 // operators defined without this file).
 //
 // Each forward pass makes one sweep over the destinations (query rows) with every per-edge value in
-// registers, so nothing of size E x d is ever materialised. Each backward pass makes two sweeps: one over
+// registers, so nothing of size E x d is ever materialised; that holds for continuous edge features too,
+// whose per-edge terms the kernels form from the [E, F] features (see "Continuous edge features" below). Each backward pass makes two sweeps: one over
 // the destinations (gradients of queries, edge-type terms and a per-edge scalar), and one over the sources
 // grouped by a counting sort (gradients of keys and values). The second sweep replaces a scatter, which
 // would need atomics or one gradient buffer per thread.
@@ -176,27 +177,136 @@ void sum_blocks(const scalar_t* partial, int64_t blocks, int64_t size, scalar_t*
   });
 }
 
-// Sweep 1 of a backward pass: row(i, part_scale, part_bias) for every row i in [0, rows), where each block of
-// ROWS_PER_BLOCK rows adds its edge-type gradient terms into a zeroed partial table of its own (`table` values:
-// `scale_size` of E, then B's); then the blocks' tables are summed in order into grad_edge_scale and
-// grad_edge_bias, so that the sums do not depend on the threads.
-template <typename scalar_t, typename Row>
+// Sweep 1 of a backward pass: row(state, i, part_scale, part_bias) for every row i in [0, rows), where each
+// block of ROWS_PER_BLOCK rows adds its edge-type gradient terms into a zeroed partial table of its own (`table`
+// values: `scale_size` of E, then B's); then the blocks' tables are summed in order into grad_edge_scale and
+// grad_edge_bias, so that the sums do not depend on the threads. `state` is the worker's `make()` scratch.
+template <typename scalar_t, typename Make, typename Row>
 void rows_into_code_gradients(int64_t rows, int64_t table, int64_t scale_size, scalar_t* grad_edge_scale,
-                              scalar_t* grad_edge_bias, const Row& row) {
+                              scalar_t* grad_edge_bias, const Make& make, const Row& row) {
   const int64_t blocks = (rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
   Tensor partial_t = at::zeros({std::max<int64_t>(blocks, 1), table}, c10::CppTypeToScalarType<scalar_t>::value);
   scalar_t* partial = partial_t.data_ptr<scalar_t>();
-  parallel_dynamic(blocks, 1, [&](int64_t block_begin, int64_t block_end) {
+  parallel_dynamic_with(blocks, 1, make, [&](auto& state, int64_t block_begin, int64_t block_end) {
     for (int64_t b = block_begin; b < block_end; b++) {
       scalar_t *part_scale = partial + b * table, *part_bias = part_scale + scale_size;
       const int64_t end = std::min((b + 1) * ROWS_PER_BLOCK, rows);
-      for (int64_t i = b * ROWS_PER_BLOCK; i < end; i++) row(i, part_scale, part_bias);
+      for (int64_t i = b * ROWS_PER_BLOCK; i < end; i++) row(state, i, part_scale, part_bias);
     }
   });
   std::vector<scalar_t> totals(table);
   sum_blocks(partial, blocks, table, totals.data());
   std::copy(totals.begin(), totals.begin() + scale_size, grad_edge_scale);
   std::copy(totals.begin() + scale_size, totals.end(), grad_edge_bias);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Continuous edge features (Spexphormer's E = W_E f and B = W_B f of an edge's feature vector f, section 3).
+// Both attentions' operators take them as an optional [E, F] (edges) or [Q, deg, F] (slots) tensor, and their
+// E and B tables then end with F feature rows after the C code rows: the columns of W_E and W_B. An edge of
+// code c and features f has the terms
+//   E_c + sum_j f_j E_{C+j}   and   B_c + sum_j f_j B_{C+j},
+// formed per edge in a few registers of scratch: a tensor of per-edge terms would be 4 d bytes per edge and
+// layer. A categorical code is a one-hot feature, so this is one linear map of [one-hot code | f]. Zero
+// features add nothing and are skipped: the attention edges the input graph lacks (self-loops, expander
+// edges) have none. Without the features tensor the kernels run their code-only instantiation (FEATURES =
+// false), the very arithmetic they had before features existed.
+// ---------------------------------------------------------------------------------------------------
+
+// row[0, width) = code_row + sum_j f_j feature_rows[j * stride ...]: an edge's (or a slot head's) E terms.
+// WIDTH > 0 fixes the width at compile time (4, or blocks of 8): the sum then runs in registers. Summed
+// into `row` itself, each feature's adds would wait on the previous feature's stores (row may alias the
+// tables, so the compiler keeps it in memory), several times the arithmetic's cost per edge.
+template <int WIDTH, typename scalar_t>
+inline void featured_row_of(const scalar_t* code_row, const scalar_t* feature_rows, int64_t stride,
+                            int64_t runtime_width, const scalar_t* f, int64_t num_features, scalar_t* row) {
+  if constexpr (WIDTH > 0) {
+    scalar_t sum[WIDTH];
+    for (int64_t t = 0; t < WIDTH; t++) sum[t] = code_row[t];
+    for (int64_t j = 0; j < num_features; j++) {
+      const scalar_t fj = f[j];
+      if (fj == 0) continue;
+      const scalar_t* w = feature_rows + j * stride;
+      for (int64_t t = 0; t < WIDTH; t++) sum[t] += fj * w[t];
+    }
+    for (int64_t t = 0; t < WIDTH; t++) row[t] = sum[t];
+  } else {
+    for (int64_t t = 0; t < runtime_width; t++) row[t] = code_row[t];
+    for (int64_t j = 0; j < num_features; j++) {
+      const scalar_t fj = f[j];
+      if (fj == 0) continue;
+      const scalar_t* w = feature_rows + j * stride;
+#pragma omp simd
+      for (int64_t t = 0; t < runtime_width; t++) row[t] += fj * w[t];
+    }
+  }
+}
+
+// Any width, in blocks of 8 columns (each column's sum is the same whatever the blocks).
+template <typename scalar_t>
+inline void featured_row(const scalar_t* code_row, const scalar_t* feature_rows, int64_t stride, int64_t width,
+                         const scalar_t* f, int64_t num_features, scalar_t* row) {
+  if (width == 4) return featured_row_of<4>(code_row, feature_rows, stride, width, f, num_features, row);
+  int64_t t = 0;
+  for (; t + 8 <= width; t += 8) {
+    featured_row_of<8>(code_row + t, feature_rows + t, stride, 8, f, num_features, row + t);
+  }
+  if (t < width) featured_row_of<0>(code_row + t, feature_rows + t, stride, width - t, f, num_features, row + t);
+}
+
+// bias + sum_j f_j feature_biases[j * stride]: an edge's (or a slot head's) B term.
+template <typename scalar_t>
+inline scalar_t featured_bias(scalar_t bias, const scalar_t* feature_biases, int64_t stride, const scalar_t* f,
+                              int64_t num_features) {
+  for (int64_t j = 0; j < num_features; j++) {
+    if (f[j] != 0) bias += f[j] * feature_biases[j * stride];
+  }
+  return bias;
+}
+
+// The feature rows' share of an edge's gradient: f_j times its code row's terms (g_scale, `width` values of E;
+// g_bias of B), added into the partial tables' feature rows.
+template <int WIDTH, typename scalar_t>
+inline void add_feature_gradients_of(scalar_t* part_rows, int64_t stride, int64_t runtime_width,
+                                     const scalar_t* g_scale, scalar_t* part_biases, int64_t bias_stride,
+                                     scalar_t g_bias, const scalar_t* f, int64_t num_features) {
+  const int64_t width = WIDTH > 0 ? WIDTH : runtime_width;
+  for (int64_t j = 0; j < num_features; j++) {
+    const scalar_t fj = f[j];
+    if (fj == 0) continue;
+    scalar_t* p = part_rows + j * stride;
+#pragma omp simd
+    for (int64_t t = 0; t < width; t++) p[t] += fj * g_scale[t];
+    part_biases[j * bias_stride] += fj * g_bias;
+  }
+}
+
+template <typename scalar_t>
+inline void add_feature_gradients(scalar_t* part_rows, int64_t stride, int64_t width, const scalar_t* g_scale,
+                                  scalar_t* part_biases, int64_t bias_stride, scalar_t g_bias, const scalar_t* f,
+                                  int64_t num_features) {
+  if (width == 8) {
+    return add_feature_gradients_of<8>(part_rows, stride, width, g_scale, part_biases, bias_stride, g_bias, f,
+                                       num_features);
+  }
+  if (width == 4) {
+    return add_feature_gradients_of<4>(part_rows, stride, width, g_scale, part_biases, bias_stride, g_bias, f,
+                                       num_features);
+  }
+  add_feature_gradients_of<0>(part_rows, stride, width, g_scale, part_biases, bias_stride, g_bias, f, num_features);
+}
+
+// Checks the optional features: the query's dtype, `shape` then F columns, at most as many as the tables' rows
+// (which end with F feature rows). Returns F, 0 without features.
+int64_t expect_features(const char* op, const std::optional<Tensor>& features, std::vector<int64_t> shape,
+                        at::ScalarType dtype, int64_t table_rows) {
+  if (!features.has_value()) return 0;
+  shape.push_back(-1);
+  expect(*features, op, "features", dtype, shape);
+  const int64_t num_features = features->size(static_cast<int64_t>(shape.size()) - 1);
+  TORCH_CHECK_VALUE(num_features <= table_rows, "sgt::", op, ": edge_scale must end with one row per feature ",
+                    "column: ", num_features, " columns but ", table_rows, " rows");
+  return num_features;
 }
 
 // Counting sort: groups `count` items by key in [0, n). Items with key k are order[ptr[k] .. ptr[k+1]),
@@ -260,9 +370,11 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> edges_by_source(const Tensor& ptr_t, 
   return {source_ptr_t, source_edge_t, source_dst_t, source_code_t};
 }
 
-// The checks shared by the edge attention's forward and backward passes.
-void expect_edge_graph(const char* op, const Tensor& query, const Tensor& key_value, const Tensor& edge_scale,
-                       const Tensor& ptr, const Tensor& src, const Tensor& code) {
+// The checks shared by the edge attention's forward and backward passes. Returns F, the feature columns (0:
+// none); the codes index the tables' C = rows - F code rows.
+int64_t expect_edge_graph(const char* op, const Tensor& query, const Tensor& key_value, const Tensor& edge_scale,
+                          const Tensor& ptr, const Tensor& src, const Tensor& code,
+                          const std::optional<Tensor>& features) {
   expect_float(query, op, "query");
   const auto dtype = query.scalar_type();
   TORCH_CHECK_VALUE(query.dim() == 2 && query.size(1) > 0, "sgt::", op, ": query must be [N, d] with d > 0, found ",
@@ -275,17 +387,24 @@ void expect_edge_graph(const char* op, const Tensor& query, const Tensor& key_va
   expect(code, op, "code", at::kByte, {src.numel()});
   expect_offsets(ptr, num_nodes, src.numel(), op, "ptr");
   expect_indices<int32_t>(src, num_nodes, op, "src");
-  expect_indices<uint8_t>(code, edge_scale.size(0), op, "code");
+  const int64_t num_features = expect_features(op, features, {src.numel()}, dtype, edge_scale.size(0));
+  expect_indices<uint8_t>(code, edge_scale.size(0) - num_features, op, "code");
+  return num_features;
 }
 
-template <typename scalar_t>
+// With FEATURES, `features` [E, F] and the tables' F feature rows after the C code rows add to each edge's
+// terms (`featured_row`).
+template <typename scalar_t, bool FEATURES>
 void edge_forward_kernel(int64_t num_nodes, int64_t d, const scalar_t* query, const scalar_t* key_value,
                          const scalar_t* edge_scale, const scalar_t* edge_bias, const int64_t* ptr,
                          const int32_t* src, const uint8_t* code, scalar_t temperature, scalar_t clip,
-                         scalar_t* out, scalar_t* scores, bool* inside) {
+                         scalar_t* out, scalar_t* scores, bool* inside, const scalar_t* features, int64_t num_codes,
+                         int64_t num_features) {
   const scalar_t scale = scalar_t(1) / std::sqrt(static_cast<scalar_t>(d));
   const int64_t num_edges = ptr[num_nodes];
-  parallel_dynamic(num_nodes, 64, [&](int64_t begin, int64_t end) {
+  const scalar_t *feature_scale = edge_scale + num_codes * d, *feature_bias = edge_bias + num_codes;
+  auto scratch = [&] { return std::vector<scalar_t>(FEATURES ? d : 0); };  // the edge's E terms
+  parallel_dynamic_with(num_nodes, 64, scratch, [&](std::vector<scalar_t>& row, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; i++) {
       const scalar_t* q = query + i * d;
       scalar_t* o = out + i * d;
@@ -295,10 +414,17 @@ void edge_forward_kernel(int64_t num_nodes, int64_t d, const scalar_t* query, co
           __builtin_prefetch(key_value + static_cast<int64_t>(src[e + PREFETCH_EDGES]) * 2 * d);
         }
         const scalar_t *k = key_value + static_cast<int64_t>(src[e]) * 2 * d, *es = edge_scale + code[e] * d;
+        scalar_t bias = edge_bias[code[e]];
+        if constexpr (FEATURES) {
+          const scalar_t* f = features + e * num_features;
+          featured_row(es, feature_scale, d, d, f, num_features, row.data());
+          es = row.data();
+          bias = featured_bias(bias, feature_bias, 1, f, num_features);
+        }
         scalar_t raw = 0;
 #pragma omp simd reduction(+ : raw)
         for (int64_t t = 0; t < d; t++) raw += q[t] * k[t] * es[t];
-        scalar_t z = (raw * scale + edge_bias[code[e]]) / temperature;
+        scalar_t z = (raw * scale + bias) / temperature;
         inside[e] = std::fabs(z) < clip;
         z = std::fmin(std::fmax(z, -clip), clip);  // |z| <= clip <= 30: exp cannot overflow, no max needed
         const scalar_t w = std::exp(z);
@@ -323,19 +449,22 @@ std::tuple<Tensor, Tensor, Tensor> edge_attention(const Tensor& query, const Ten
                                                   const Tensor& ptr, const Tensor& src, const Tensor& code,
                                                   const Tensor& source_ptr, const Tensor& source_edge,
                                                   const Tensor& source_dst, const Tensor& source_code,
-                                                  double temperature, double clip) {
+                                                  double temperature, double clip,
+                                                  const std::optional<Tensor>& features) {
   const char* op = "edge_attention";
-  expect_edge_graph(op, query, key_value, edge_scale, ptr, src, code);
+  const int64_t num_features = expect_edge_graph(op, query, key_value, edge_scale, ptr, src, code, features);
   expect(edge_bias, op, "edge_bias", query.scalar_type(), {edge_scale.size(0)});
   const int64_t num_nodes = query.size(0), width = query.size(1), num_edges = src.numel();
+  const int64_t num_codes = edge_scale.size(0) - num_features;
   Tensor out = at::empty_like(query), scores = at::empty({num_edges}, query.options());
   Tensor inside = at::empty({num_edges}, query.options().dtype(at::kBool));
   AT_DISPATCH_FLOATING_TYPES(query.scalar_type(), "edge_attention", [&] {
-    edge_forward_kernel<scalar_t>(
-        num_nodes, width, query.data_ptr<scalar_t>(), key_value.data_ptr<scalar_t>(),
-        edge_scale.data_ptr<scalar_t>(), edge_bias.data_ptr<scalar_t>(), ptr.data_ptr<int64_t>(),
-        src.data_ptr<int32_t>(), code.data_ptr<uint8_t>(), static_cast<scalar_t>(temperature),
-        static_cast<scalar_t>(clip), out.data_ptr<scalar_t>(), scores.data_ptr<scalar_t>(), inside.data_ptr<bool>());
+    auto kernel = features.has_value() ? edge_forward_kernel<scalar_t, true> : edge_forward_kernel<scalar_t, false>;
+    kernel(num_nodes, width, query.data_ptr<scalar_t>(), key_value.data_ptr<scalar_t>(),
+           edge_scale.data_ptr<scalar_t>(), edge_bias.data_ptr<scalar_t>(), ptr.data_ptr<int64_t>(),
+           src.data_ptr<int32_t>(), code.data_ptr<uint8_t>(), static_cast<scalar_t>(temperature),
+           static_cast<scalar_t>(clip), out.data_ptr<scalar_t>(), scores.data_ptr<scalar_t>(), inside.data_ptr<bool>(),
+           features.has_value() ? features->data_ptr<scalar_t>() : nullptr, num_codes, num_features);
   });
   return {out, scores, inside};
 }
@@ -343,21 +472,28 @@ std::tuple<Tensor, Tensor, Tensor> edge_attention(const Tensor& query, const Ten
 // query_grad rows are [Q_i | dL/d out_i]; grad_scores may be null (the scores output took no gradient).
 // edge_terms is scratch of 2 E values, (d loss / d raw logit, score) per edge: written in order, gathered
 // (with prefetching) by the sweep over sources; gathering is cheaper than scattering, which reads each
-// line before writing it.
-template <typename scalar_t>
+// line before writing it. With FEATURES, each sweep forms an edge's E terms again from its features (the
+// sweep over sources gathers the edge's feature row), and sweep 1 adds f_j times the code rows' gradient
+// terms to the feature rows'.
+template <typename scalar_t, bool FEATURES>
 void edge_backward_kernel(int64_t num_nodes, int64_t d, int64_t num_codes, const scalar_t* query_grad,
                           const scalar_t* key_value, const scalar_t* edge_scale, const int64_t* ptr,
                           const int32_t* src, const uint8_t* code, const int32_t* source_edge,
                           const int64_t* source_ptr, const int32_t* source_dst, const uint8_t* source_code,
                           const scalar_t* scores, const bool* inside, scalar_t temperature,
                           const scalar_t* grad_scores, scalar_t* grad_query, scalar_t* grad_key_value,
-                          scalar_t* grad_edge_scale, scalar_t* grad_edge_bias, scalar_t* edge_terms) {
+                          scalar_t* grad_edge_scale, scalar_t* grad_edge_bias, scalar_t* edge_terms,
+                          const scalar_t* features, int64_t num_features) {
   const scalar_t scale = scalar_t(1) / std::sqrt(static_cast<scalar_t>(d));
   const int64_t num_edges = ptr[num_nodes];
+  const int64_t num_rows = num_codes + num_features;  // the tables' rows: codes, then features
+  const scalar_t* feature_scale = edge_scale + num_codes * d;
+  // an edge's E terms, then its code row's gradient terms
+  auto scratch = [&] { return std::vector<scalar_t>(FEATURES ? 2 * d : 0); };
 
   // Sweep 1, over destinations: d loss / d logit per edge, then queries and edge-type terms (E rows, then B).
-  rows_into_code_gradients(num_nodes, num_codes * (d + 1), num_codes * d, grad_edge_scale, grad_edge_bias,
-                           [&](int64_t i, scalar_t* part_scale, scalar_t* part_bias) {
+  rows_into_code_gradients(num_nodes, num_rows * (d + 1), num_rows * d, grad_edge_scale, grad_edge_bias, scratch,
+                           [&](std::vector<scalar_t>& row, int64_t i, scalar_t* part_scale, scalar_t* part_bias) {
     const scalar_t *q = query_grad + i * 2 * d, *go = q + d;
     scalar_t* gq = grad_query + i * d;
     // softmax backward: expected = sum_e a_e g_e, with g_e = d loss / d a_e; g_e waits in the first
@@ -384,18 +520,33 @@ void edge_backward_kernel(int64_t num_nodes, int64_t d, int64_t num_codes, const
       terms[1] = scores[e];
       const scalar_t *k = key_value + static_cast<int64_t>(src[e]) * 2 * d, *es = edge_scale + code[e] * d;
       scalar_t* ps = part_scale + code[e] * d;
+      if constexpr (FEATURES) {
+        const scalar_t* f = features + e * num_features;
+        scalar_t *es_e = row.data(), *g_scale = es_e + d;
+        featured_row(es, feature_scale, d, d, f, num_features, es_e);
 #pragma omp simd
-      for (int64_t t = 0; t < d; t++) {
-        gq[t] += g_raw * k[t] * es[t];
-        ps[t] += g_raw * q[t] * k[t];
+        for (int64_t t = 0; t < d; t++) {
+          gq[t] += g_raw * k[t] * es_e[t];
+          g_scale[t] = g_raw * q[t] * k[t];
+          ps[t] += g_scale[t];
+        }
+        part_bias[code[e]] += g_bias;
+        add_feature_gradients(part_scale + num_codes * d, d, d, g_scale, part_bias + num_codes, 1, g_bias, f,
+                              num_features);
+      } else {
+#pragma omp simd
+        for (int64_t t = 0; t < d; t++) {
+          gq[t] += g_raw * k[t] * es[t];
+          ps[t] += g_raw * q[t] * k[t];
+        }
+        part_bias[code[e]] += g_bias;
       }
-      part_bias[code[e]] += g_bias;
     }
   });
 
   // Sweep 2, over sources: keys and values gather from the edges leaving them, whose terms are in order;
-  // the one random access per edge is the destination's [Q_i | dL/d out_i] row.
-  parallel_dynamic(num_nodes, 64, [&](int64_t begin, int64_t end) {
+  // the one random access per edge is the destination's [Q_i | dL/d out_i] row (and its feature row).
+  parallel_dynamic_with(num_nodes, 64, scratch, [&](std::vector<scalar_t>& row, int64_t begin, int64_t end) {
     for (int64_t j = begin; j < end; j++) {
       scalar_t *gk = grad_key_value + j * 2 * d, *gv = gk + d;
       for (int64_t t = 0; t < 2 * d; t++) gk[t] = 0;
@@ -403,11 +554,20 @@ void edge_backward_kernel(int64_t num_nodes, int64_t d, int64_t num_codes, const
         if (k + PREFETCH_EDGES < num_edges) {
           __builtin_prefetch(query_grad + static_cast<int64_t>(source_dst[k + PREFETCH_EDGES]) * 2 * d);
           __builtin_prefetch(edge_terms + 2 * static_cast<int64_t>(source_edge[k + PREFETCH_EDGES]));
+          if constexpr (FEATURES) {
+            prefetch_values(features + static_cast<int64_t>(source_edge[k + PREFETCH_EDGES]) * num_features,
+                            num_features);
+          }
         }
         const scalar_t* terms = edge_terms + 2 * static_cast<int64_t>(source_edge[k]);
         const scalar_t g_raw = terms[0], a = terms[1];
         const scalar_t *q = query_grad + static_cast<int64_t>(source_dst[k]) * 2 * d, *go = q + d;
         const scalar_t* es = edge_scale + source_code[k] * d;
+        if constexpr (FEATURES) {
+          featured_row(es, feature_scale, d, d, features + static_cast<int64_t>(source_edge[k]) * num_features,
+                       num_features, row.data());
+          es = row.data();
+        }
 #pragma omp simd
         for (int64_t t = 0; t < d; t++) {
           gk[t] += g_raw * q[t] * es[t];
@@ -422,12 +582,12 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> edge_attention_backward(
     const Tensor& grad_out, const std::optional<Tensor>& grad_scores, const Tensor& query, const Tensor& key_value,
     const Tensor& edge_scale, const Tensor& scores, const Tensor& inside, const Tensor& ptr, const Tensor& src,
     const Tensor& code, const Tensor& source_ptr, const Tensor& source_edge, const Tensor& source_dst,
-    const Tensor& source_code, double temperature) {
+    const Tensor& source_code, double temperature, const std::optional<Tensor>& features) {
   const char* op = "edge_attention_backward";
-  expect_edge_graph(op, query, key_value, edge_scale, ptr, src, code);
+  const int64_t num_features = expect_edge_graph(op, query, key_value, edge_scale, ptr, src, code, features);
   const auto dtype = query.scalar_type();
   const int64_t num_nodes = query.size(0), width = query.size(1), num_edges = src.numel();
-  const int64_t num_codes = edge_scale.size(0);
+  const int64_t num_rows = edge_scale.size(0), num_codes = num_rows - num_features;
   expect(grad_out, op, "grad_out", dtype, {num_nodes, width});
   if (grad_scores.has_value()) expect(*grad_scores, op, "grad_scores", dtype, {num_edges});
   expect(scores, op, "scores", dtype, {num_edges});
@@ -442,18 +602,20 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> edge_attention_backward(
 
   Tensor query_grad = at::cat({query, grad_out}, 1);  // [N, 2d]: what each edge's destination gives
   Tensor grad_query = at::empty_like(query), grad_key_value = at::empty_like(key_value);
-  Tensor grad_edge_scale = at::empty_like(edge_scale), grad_edge_bias = at::empty({num_codes}, query.options());
+  Tensor grad_edge_scale = at::empty_like(edge_scale), grad_edge_bias = at::empty({num_rows}, query.options());
   Tensor edge_terms = at::empty({2 * num_edges}, query.options());  // scratch
   AT_DISPATCH_FLOATING_TYPES(dtype, "edge_attention_backward", [&] {
-    edge_backward_kernel<scalar_t>(
-        num_nodes, width, num_codes, query_grad.data_ptr<scalar_t>(), key_value.data_ptr<scalar_t>(),
-        edge_scale.data_ptr<scalar_t>(), ptr.data_ptr<int64_t>(), src.data_ptr<int32_t>(),
-        code.data_ptr<uint8_t>(), source_edge.data_ptr<int32_t>(), source_ptr.data_ptr<int64_t>(),
-        source_dst.data_ptr<int32_t>(), source_code.data_ptr<uint8_t>(), scores.data_ptr<scalar_t>(),
-        inside.data_ptr<bool>(), static_cast<scalar_t>(temperature),
-        grad_scores.has_value() ? grad_scores->data_ptr<scalar_t>() : nullptr, grad_query.data_ptr<scalar_t>(),
-        grad_key_value.data_ptr<scalar_t>(), grad_edge_scale.data_ptr<scalar_t>(),
-        grad_edge_bias.data_ptr<scalar_t>(), edge_terms.data_ptr<scalar_t>());
+    auto kernel =
+        features.has_value() ? edge_backward_kernel<scalar_t, true> : edge_backward_kernel<scalar_t, false>;
+    kernel(num_nodes, width, num_codes, query_grad.data_ptr<scalar_t>(), key_value.data_ptr<scalar_t>(),
+           edge_scale.data_ptr<scalar_t>(), ptr.data_ptr<int64_t>(), src.data_ptr<int32_t>(),
+           code.data_ptr<uint8_t>(), source_edge.data_ptr<int32_t>(), source_ptr.data_ptr<int64_t>(),
+           source_dst.data_ptr<int32_t>(), source_code.data_ptr<uint8_t>(), scores.data_ptr<scalar_t>(),
+           inside.data_ptr<bool>(), static_cast<scalar_t>(temperature),
+           grad_scores.has_value() ? grad_scores->data_ptr<scalar_t>() : nullptr, grad_query.data_ptr<scalar_t>(),
+           grad_key_value.data_ptr<scalar_t>(), grad_edge_scale.data_ptr<scalar_t>(),
+           grad_edge_bias.data_ptr<scalar_t>(), edge_terms.data_ptr<scalar_t>(),
+           features.has_value() ? features->data_ptr<scalar_t>() : nullptr, num_features);
   });
   return {grad_query, grad_key_value, grad_edge_scale, grad_edge_bias};
 }
@@ -466,8 +628,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> edge_attention_backward(
 // key_value rows are [K | V], 2D wide. A row with no unmasked slot gets zeros.
 // ---------------------------------------------------------------------------------------------------
 
-void expect_slots(const char* op, const Tensor& query, const Tensor& key_value, const Tensor& edge_scale,
-                  const Tensor& neighbours, const Tensor& code, int64_t heads) {
+// Returns F, the feature columns (0: none); the codes index the tables' C = rows - F code rows.
+int64_t expect_slots(const char* op, const Tensor& query, const Tensor& key_value, const Tensor& edge_scale,
+                     const Tensor& neighbours, const Tensor& code, int64_t heads, const std::optional<Tensor>& features) {
   expect_float(query, op, "query");
   const auto dtype = query.scalar_type();
   TORCH_CHECK_VALUE(query.dim() == 2, "sgt::", op, ": query must be [Q, D], found ", query.sizes());
@@ -482,17 +645,23 @@ void expect_slots(const char* op, const Tensor& query, const Tensor& key_value, 
   expect(neighbours, op, "neighbours", at::kLong, {num_queries, degree});
   expect(code, op, "code", at::kLong, {num_queries, degree});
   expect_indices<int64_t>(neighbours, key_value.size(0), op, "neighbours");
-  expect_indices<int64_t>(code, edge_scale.size(0), op, "code");
+  const int64_t num_features = expect_features(op, features, {num_queries, degree}, dtype, edge_scale.size(0));
+  expect_indices<int64_t>(code, edge_scale.size(0) - num_features, op, "code");
+  return num_features;
 }
 
-template <typename scalar_t>
+// With FEATURES, `features` [Q, deg, F] and the tables' F feature rows after the C code rows add to each slot's
+// terms, head by head (`featured_row`).
+template <typename scalar_t, bool FEATURES>
 void slot_forward_kernel(int64_t num_queries, int64_t deg, int64_t hidden, int64_t heads, const scalar_t* query,
                          const scalar_t* key_value, const scalar_t* edge_scale, const scalar_t* edge_bias,
                          const int64_t* neighbours, const int64_t* code, const bool* mask, scalar_t* out,
-                         scalar_t* attention) {
+                         scalar_t* attention, const scalar_t* features, int64_t num_codes, int64_t num_features) {
   const int64_t dh = hidden / heads;
   const scalar_t scale = scalar_t(1) / std::sqrt(static_cast<scalar_t>(dh));
-  parallel_dynamic(num_queries, 16, [&](int64_t begin, int64_t end) {
+  const scalar_t *feature_scale = edge_scale + num_codes * hidden, *feature_bias = edge_bias + num_codes * heads;
+  auto scratch = [&] { return std::vector<scalar_t>(FEATURES ? dh : 0); };  // a slot head's E terms
+  parallel_dynamic_with(num_queries, 16, scratch, [&](std::vector<scalar_t>& row, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; i++) {
       if (const int64_t ahead = i + PREFETCH_QUERIES; ahead < num_queries) {
         for (int64_t m = 0; m < deg; m++) {
@@ -509,11 +678,18 @@ void slot_forward_kernel(int64_t num_queries, int64_t deg, int64_t hidden, int64
           if (!mask[slot]) continue;
           const scalar_t* k = key_value + neighbours[slot] * 2 * hidden + h * dh;
           const scalar_t* es = edge_scale + code[slot] * hidden + h * dh;
+          scalar_t bias = edge_bias[code[slot] * heads + h];
+          if constexpr (FEATURES) {
+            const scalar_t* f = features + slot * num_features;
+            featured_row(es, feature_scale + h * dh, hidden, dh, f, num_features, row.data());
+            es = row.data();
+            bias = featured_bias(bias, feature_bias + h, heads, f, num_features);
+          }
           const scalar_t* qh = q + h * dh;
           scalar_t raw = 0;
 #pragma omp simd reduction(+ : raw)
           for (int64_t t = 0; t < dh; t++) raw += qh[t] * k[t] * es[t];
-          const scalar_t z = raw * scale + edge_bias[code[slot] * heads + h];
+          const scalar_t z = raw * scale + bias;
           a[m * heads + h] = z;
           if (z > largest) largest = z;
         }
@@ -542,38 +718,47 @@ void slot_forward_kernel(int64_t num_queries, int64_t deg, int64_t hidden, int64
 
 std::tuple<Tensor, Tensor> slot_attention(const Tensor& query, const Tensor& key_value, const Tensor& edge_scale,
                                           const Tensor& edge_bias, const Tensor& neighbours, const Tensor& code,
-                                          const Tensor& mask, int64_t heads) {
+                                          const Tensor& mask, int64_t heads, const std::optional<Tensor>& features) {
   const char* op = "slot_attention";
-  expect_slots(op, query, key_value, edge_scale, neighbours, code, heads);
+  const int64_t num_features = expect_slots(op, query, key_value, edge_scale, neighbours, code, heads, features);
   const int64_t num_queries = query.size(0), hidden = query.size(1), degree = neighbours.size(1);
+  const int64_t num_codes = edge_scale.size(0) - num_features;
   expect(edge_bias, op, "edge_bias", query.scalar_type(), {edge_scale.size(0), heads});
   expect(mask, op, "mask", at::kBool, {num_queries, degree});
   Tensor out = at::empty_like(query), attention = at::empty({num_queries, degree, heads}, query.options());
   AT_DISPATCH_FLOATING_TYPES(query.scalar_type(), "slot_attention", [&] {
-    slot_forward_kernel<scalar_t>(num_queries, degree, hidden, heads, query.data_ptr<scalar_t>(),
-                                  key_value.data_ptr<scalar_t>(), edge_scale.data_ptr<scalar_t>(),
-                                  edge_bias.data_ptr<scalar_t>(), neighbours.data_ptr<int64_t>(),
-                                  code.data_ptr<int64_t>(), mask.data_ptr<bool>(), out.data_ptr<scalar_t>(),
-                                  attention.data_ptr<scalar_t>());
+    auto kernel = features.has_value() ? slot_forward_kernel<scalar_t, true> : slot_forward_kernel<scalar_t, false>;
+    kernel(num_queries, degree, hidden, heads, query.data_ptr<scalar_t>(), key_value.data_ptr<scalar_t>(),
+           edge_scale.data_ptr<scalar_t>(), edge_bias.data_ptr<scalar_t>(), neighbours.data_ptr<int64_t>(),
+           code.data_ptr<int64_t>(), mask.data_ptr<bool>(), out.data_ptr<scalar_t>(), attention.data_ptr<scalar_t>(),
+           features.has_value() ? features->data_ptr<scalar_t>() : nullptr, num_codes, num_features);
   });
   return {out, attention};
 }
 
 // by_key_ptr / by_key_order group the Q * deg slots by key row; slot_grad is scratch of Q * deg * H values.
-template <typename scalar_t>
+// With FEATURES, each sweep forms a slot head's E terms again from its features, and sweep 1 adds f_j times
+// the code rows' gradient terms to the feature rows'.
+template <typename scalar_t, bool FEATURES>
 void slot_backward_kernel(int64_t num_queries, int64_t num_keys, int64_t deg, int64_t hidden, int64_t heads,
                           int64_t num_codes, const scalar_t* query, const scalar_t* key_value,
                           const scalar_t* edge_scale, const int64_t* neighbours, const int64_t* code,
                           const int64_t* by_key_ptr, const int64_t* by_key_order, const scalar_t* attention,
                           const scalar_t* grad_out, scalar_t* grad_query, scalar_t* grad_key_value,
-                          scalar_t* grad_edge_scale, scalar_t* grad_edge_bias, scalar_t* slot_grad) {
+                          scalar_t* grad_edge_scale, scalar_t* grad_edge_bias, scalar_t* slot_grad,
+                          const scalar_t* features, int64_t num_features) {
   const int64_t dh = hidden / heads;
   const scalar_t scale = scalar_t(1) / std::sqrt(static_cast<scalar_t>(dh));
+  const int64_t num_rows = num_codes + num_features;  // the tables' rows: codes, then features
+  const scalar_t* feature_scale = edge_scale + num_codes * hidden;
+  // a slot head's E terms, then its code row's gradient terms
+  auto scratch = [&] { return std::vector<scalar_t>(FEATURES ? 2 * dh : 0); };
 
   // Sweep 1, over query rows: d loss / d logit per slot and head, then queries and edge-type terms (E rows,
   // then B rows).
-  rows_into_code_gradients(num_queries, num_codes * (hidden + heads), num_codes * hidden, grad_edge_scale,
-                           grad_edge_bias, [&](int64_t i, scalar_t* part_scale, scalar_t* part_bias) {
+  rows_into_code_gradients(num_queries, num_rows * (hidden + heads), num_rows * hidden, grad_edge_scale,
+                           grad_edge_bias, scratch,
+                           [&](std::vector<scalar_t>& row, int64_t i, scalar_t* part_scale, scalar_t* part_bias) {
     if (const int64_t ahead = i + PREFETCH_QUERIES; ahead < num_queries) {
       for (int64_t m = 0; m < deg; m++) {
         prefetch_values(key_value + neighbours[ahead * deg + m] * 2 * hidden, 2 * hidden);
@@ -605,29 +790,45 @@ void slot_backward_kernel(int64_t num_queries, int64_t num_keys, int64_t deg, in
         const scalar_t* es = edge_scale + code[slot] * hidden + h * dh;
         const scalar_t* qh = q + h * dh;
         scalar_t *gqh = gq + h * dh, *ps = part_scale + code[slot] * hidden + h * dh;
+        if constexpr (FEATURES) {
+          const scalar_t* f = features + slot * num_features;
+          scalar_t *es_slot = row.data(), *g_scale = es_slot + dh;
+          featured_row(es, feature_scale + h * dh, hidden, dh, f, num_features, es_slot);
 #pragma omp simd
-        for (int64_t t = 0; t < dh; t++) {
-          gqh[t] += g_raw * k[t] * es[t];
-          ps[t] += g_raw * qh[t] * k[t];
+          for (int64_t t = 0; t < dh; t++) {
+            gqh[t] += g_raw * k[t] * es_slot[t];
+            g_scale[t] = g_raw * qh[t] * k[t];
+            ps[t] += g_scale[t];
+          }
+          part_bias[code[slot] * heads + h] += g_logit;
+          add_feature_gradients(part_scale + num_codes * hidden + h * dh, hidden, dh, g_scale,
+                                part_bias + num_codes * heads + h, heads, g_logit, f, num_features);
+        } else {
+#pragma omp simd
+          for (int64_t t = 0; t < dh; t++) {
+            gqh[t] += g_raw * k[t] * es[t];
+            ps[t] += g_raw * qh[t] * k[t];
+          }
+          part_bias[code[slot] * heads + h] += g_logit;
         }
-        part_bias[code[slot] * heads + h] += g_logit;
       }
     }
   });
 
   // Sweep 2, over key rows: keys and values gather from the slots that point at them.
   const int64_t total_slots = num_queries * deg;
-  parallel_dynamic(num_keys, 64, [&](int64_t begin, int64_t end) {
+  parallel_dynamic_with(num_keys, 64, scratch, [&](std::vector<scalar_t>& row, int64_t begin, int64_t end) {
     for (int64_t j = begin; j < end; j++) {
       scalar_t *gk = grad_key_value + j * 2 * hidden, *gv = gk + hidden;
       for (int64_t t = 0; t < 2 * hidden; t++) gk[t] = 0;
       for (int64_t idx = by_key_ptr[j]; idx < by_key_ptr[j + 1]; idx++) {
         if (idx + PREFETCH_SLOTS < total_slots) {
-          const int64_t later = by_key_order[idx + PREFETCH_SLOTS], row = later / deg;
-          prefetch_values(query + row * hidden, hidden);
-          prefetch_values(grad_out + row * hidden, hidden);
+          const int64_t later = by_key_order[idx + PREFETCH_SLOTS], row_ahead = later / deg;
+          prefetch_values(query + row_ahead * hidden, hidden);
+          prefetch_values(grad_out + row_ahead * hidden, hidden);
           prefetch_values(attention + later * heads, heads);
           prefetch_values(slot_grad + later * heads, heads);
+          if constexpr (FEATURES) prefetch_values(features + later * num_features, num_features);
         }
         const int64_t slot = by_key_order[idx], i = slot / deg;
         const scalar_t *q = query + i * hidden, *go = grad_out + i * hidden;
@@ -635,10 +836,23 @@ void slot_backward_kernel(int64_t num_queries, int64_t num_keys, int64_t deg, in
         for (int64_t h = 0; h < heads; h++) {
           const scalar_t w = attention[slot * heads + h], g_raw = slot_grad[slot * heads + h];
           if (w == 0 && g_raw == 0) continue;
+          if constexpr (FEATURES) {
+            const scalar_t* es_slot = row.data();
+            featured_row(es + h * dh, feature_scale + h * dh, hidden, dh, features + slot * num_features,
+                         num_features, row.data());
+            const scalar_t *qh = q + h * dh, *goh = go + h * dh;
+            scalar_t *gkh = gk + h * dh, *gvh = gv + h * dh;
 #pragma omp simd
-          for (int64_t t = h * dh; t < (h + 1) * dh; t++) {
-            gk[t] += g_raw * q[t] * es[t];
-            gv[t] += w * go[t];
+            for (int64_t t = 0; t < dh; t++) {
+              gkh[t] += g_raw * qh[t] * es_slot[t];
+              gvh[t] += w * goh[t];
+            }
+          } else {
+#pragma omp simd
+            for (int64_t t = h * dh; t < (h + 1) * dh; t++) {
+              gk[t] += g_raw * q[t] * es[t];
+              gv[t] += w * go[t];
+            }
           }
         }
       }
@@ -649,26 +863,29 @@ void slot_backward_kernel(int64_t num_queries, int64_t num_keys, int64_t deg, in
 std::tuple<Tensor, Tensor, Tensor, Tensor> slot_attention_backward(const Tensor& grad_out, const Tensor& query,
                                                                    const Tensor& key_value, const Tensor& edge_scale,
                                                                    const Tensor& neighbours, const Tensor& code,
-                                                                   const Tensor& attention, int64_t heads) {
+                                                                   const Tensor& attention, int64_t heads,
+                                                                   const std::optional<Tensor>& features) {
   const char* op = "slot_attention_backward";
-  expect_slots(op, query, key_value, edge_scale, neighbours, code, heads);
+  const int64_t num_features = expect_slots(op, query, key_value, edge_scale, neighbours, code, heads, features);
   const int64_t num_queries = query.size(0), hidden = query.size(1), degree = neighbours.size(1);
-  const int64_t num_keys = key_value.size(0), num_codes = edge_scale.size(0);
+  const int64_t num_keys = key_value.size(0), num_rows = edge_scale.size(0), num_codes = num_rows - num_features;
   expect(grad_out, op, "grad_out", query.scalar_type(), {num_queries, hidden});
   expect(attention, op, "attention", query.scalar_type(), {num_queries, degree, heads});
   // the slots grouped by key row, afresh per call: the sample changes every epoch (O(slots))
   auto [by_key_ptr, by_key_order] = group_by(neighbours.data_ptr<int64_t>(), neighbours.numel(), num_keys);
   Tensor grad_query = at::empty_like(query), grad_key_value = at::empty_like(key_value);
-  Tensor grad_edge_scale = at::empty_like(edge_scale), grad_edge_bias = at::empty({num_codes, heads}, query.options());
+  Tensor grad_edge_scale = at::empty_like(edge_scale), grad_edge_bias = at::empty({num_rows, heads}, query.options());
   Tensor slot_grad = at::empty_like(attention);  // scratch: d loss / d logit per slot and head
   AT_DISPATCH_FLOATING_TYPES(query.scalar_type(), "slot_attention_backward", [&] {
-    slot_backward_kernel<scalar_t>(
-        num_queries, num_keys, degree, hidden, heads, num_codes, query.data_ptr<scalar_t>(),
-        key_value.data_ptr<scalar_t>(), edge_scale.data_ptr<scalar_t>(), neighbours.data_ptr<int64_t>(),
-        code.data_ptr<int64_t>(), by_key_ptr.data_ptr<int64_t>(), by_key_order.data_ptr<int64_t>(),
-        attention.data_ptr<scalar_t>(), grad_out.data_ptr<scalar_t>(), grad_query.data_ptr<scalar_t>(),
-        grad_key_value.data_ptr<scalar_t>(), grad_edge_scale.data_ptr<scalar_t>(),
-        grad_edge_bias.data_ptr<scalar_t>(), slot_grad.data_ptr<scalar_t>());
+    auto kernel =
+        features.has_value() ? slot_backward_kernel<scalar_t, true> : slot_backward_kernel<scalar_t, false>;
+    kernel(num_queries, num_keys, degree, hidden, heads, num_codes, query.data_ptr<scalar_t>(),
+           key_value.data_ptr<scalar_t>(), edge_scale.data_ptr<scalar_t>(), neighbours.data_ptr<int64_t>(),
+           code.data_ptr<int64_t>(), by_key_ptr.data_ptr<int64_t>(), by_key_order.data_ptr<int64_t>(),
+           attention.data_ptr<scalar_t>(), grad_out.data_ptr<scalar_t>(), grad_query.data_ptr<scalar_t>(),
+           grad_key_value.data_ptr<scalar_t>(), grad_edge_scale.data_ptr<scalar_t>(),
+           grad_edge_bias.data_ptr<scalar_t>(), slot_grad.data_ptr<scalar_t>(),
+           features.has_value() ? features->data_ptr<scalar_t>() : nullptr, num_features);
   });
   return {grad_query, grad_key_value, grad_edge_scale, grad_edge_bias};
 }
@@ -886,31 +1103,38 @@ c10::TypedOperatorHandle<Signature> operator_handle(const char* name) {
 
 using EdgeForward = std::tuple<Tensor, Tensor, Tensor>(
     const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-    const Tensor&, const Tensor&, const Tensor&, const Tensor&, double, double);
+    const Tensor&, const Tensor&, const Tensor&, const Tensor&, double, double, const std::optional<Tensor>&);
 using EdgeBackward = std::tuple<Tensor, Tensor, Tensor, Tensor>(
     const Tensor&, const std::optional<Tensor>&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
     const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-    const Tensor&, double);
+    const Tensor&, double, const std::optional<Tensor>&);
 using SlotForward = std::tuple<Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                               const Tensor&, const Tensor&, const Tensor&, int64_t);
+                                               const Tensor&, const Tensor&, const Tensor&, int64_t,
+                                               const std::optional<Tensor>&);
 using SlotBackward = std::tuple<Tensor, Tensor, Tensor, Tensor>(const Tensor&, const Tensor&, const Tensor&,
                                                                 const Tensor&, const Tensor&, const Tensor&,
-                                                                const Tensor&, int64_t);
+                                                                const Tensor&, int64_t, const std::optional<Tensor>&);
 
-// Between the passes it keeps the scores and the clip mask (5 bytes per edge) besides the inputs.
+// Saved features back as the optional argument (an undefined tensor where there were none).
+std::optional<Tensor> optional_features(const Tensor& saved) {
+  return saved.defined() ? std::optional<Tensor>(saved) : std::nullopt;
+}
+
+// Between the passes it keeps the scores and the clip mask (5 bytes per edge) besides the inputs (the edges'
+// features, if any, are the caller's tensor: no copy). The features take no gradient.
 struct EdgeAttention : public torch::autograd::Function<EdgeAttention> {
   static variable_list forward(AutogradContext* ctx, const Tensor& query, const Tensor& key_value,
                                const Tensor& edge_scale, const Tensor& edge_bias, const Tensor& ptr,
                                const Tensor& src, const Tensor& code, const Tensor& source_ptr,
                                const Tensor& source_edge, const Tensor& source_dst, const Tensor& source_code,
-                               double temperature, double clip) {
+                               double temperature, double clip, const std::optional<Tensor>& features) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     static auto forward_op = operator_handle<EdgeForward>("sgt::edge_attention");
     auto [out, scores, inside] = forward_op.call(query, key_value, edge_scale, edge_bias, ptr, src, code,
                                                  source_ptr, source_edge, source_dst, source_code, temperature,
-                                                 clip);
+                                                 clip, features);
     ctx->save_for_backward({query, key_value, edge_scale, scores, inside, ptr, src, code, source_ptr,
-                            source_edge, source_dst, source_code});
+                            source_edge, source_dst, source_code, features.value_or(Tensor())});
     ctx->saved_data["temperature"] = temperature;
     ctx->mark_non_differentiable({inside});
     ctx->set_materialize_grads(false);  // no [E] zeros when the scores take no gradient
@@ -925,8 +1149,9 @@ struct EdgeAttention : public torch::autograd::Function<EdgeAttention> {
         grads[1].defined() ? std::optional<Tensor>(grads[1].contiguous()) : std::nullopt;
     auto [grad_query, grad_key_value, grad_edge_scale, grad_edge_bias] = backward_op.call(
         grad_out, grad_scores, saved[0], saved[1], saved[2], saved[3], saved[4], saved[5], saved[6], saved[7],
-        saved[8], saved[9], saved[10], saved[11], ctx->saved_data["temperature"].toDouble());
-    variable_list result(13);  // the graph, temperature and clip take none
+        saved[8], saved[9], saved[10], saved[11], ctx->saved_data["temperature"].toDouble(),
+        optional_features(saved[12]));
+    variable_list result(14);  // the graph, temperature, clip and features take none
     result[0] = grad_query, result[1] = grad_key_value, result[2] = grad_edge_scale, result[3] = grad_edge_bias;
     return result;
   }
@@ -935,14 +1160,15 @@ struct EdgeAttention : public torch::autograd::Function<EdgeAttention> {
 std::tuple<Tensor, Tensor, Tensor> edge_attention_autograd(
     const Tensor& query, const Tensor& key_value, const Tensor& edge_scale, const Tensor& edge_bias,
     const Tensor& ptr, const Tensor& src, const Tensor& code, const Tensor& source_ptr, const Tensor& source_edge,
-    const Tensor& source_dst, const Tensor& source_code, double temperature, double clip) {
+    const Tensor& source_dst, const Tensor& source_code, double temperature, double clip,
+    const std::optional<Tensor>& features) {
   auto outputs = EdgeAttention::apply(query, key_value, edge_scale, edge_bias, ptr, src, code, source_ptr,
-                                      source_edge, source_dst, source_code, temperature, clip);
+                                      source_edge, source_dst, source_code, temperature, clip, features);
   return {outputs[0], outputs[1], outputs[2]};
 }
 
-// The end of both slot operators' forward passes: keeps `saved` and the head count for the backward pass,
-// which takes no gradient of the attention weights.
+// The end of both slot operators' forward passes: keeps `saved` (the slots' features last) and the head count
+// for the backward pass, which takes no gradient of the attention weights.
 variable_list keep_for_slot_backward(AutogradContext* ctx, const variable_list& saved, int64_t heads,
                                      const Tensor& out, const Tensor& attention) {
   ctx->save_for_backward(saved);
@@ -955,37 +1181,43 @@ variable_list keep_for_slot_backward(AutogradContext* ctx, const variable_list& 
 std::tuple<Tensor, Tensor, Tensor, Tensor> slot_gradients(AutogradContext* ctx, const Tensor& grad_out,
                                                           const Tensor& query, const Tensor& key_value,
                                                           const Tensor& edge_scale, const Tensor& neighbours,
-                                                          const Tensor& code, const Tensor& attention) {
+                                                          const Tensor& code, const Tensor& attention,
+                                                          const Tensor& features) {
   static auto backward_op = operator_handle<SlotBackward>("sgt::slot_attention_backward");
   return backward_op.call(grad_out.contiguous(), query, key_value, edge_scale, neighbours, code, attention,
-                          ctx->saved_data["heads"].toInt());
+                          ctx->saved_data["heads"].toInt(), optional_features(features));
 }
 
 // Between the passes it keeps the attention weights (H values per slot) besides the inputs.
 struct SlotAttention : public torch::autograd::Function<SlotAttention> {
   static variable_list forward(AutogradContext* ctx, const Tensor& query, const Tensor& key_value,
                                const Tensor& edge_scale, const Tensor& edge_bias, const Tensor& neighbours,
-                               const Tensor& code, const Tensor& mask, int64_t heads) {
+                               const Tensor& code, const Tensor& mask, int64_t heads,
+                               const std::optional<Tensor>& features) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     static auto forward_op = operator_handle<SlotForward>("sgt::slot_attention");
-    auto [out, attention] = forward_op.call(query, key_value, edge_scale, edge_bias, neighbours, code, mask, heads);
-    return keep_for_slot_backward(ctx, {query, key_value, edge_scale, neighbours, code, attention}, heads, out,
-                                  attention);
+    auto [out, attention] =
+        forward_op.call(query, key_value, edge_scale, edge_bias, neighbours, code, mask, heads, features);
+    return keep_for_slot_backward(
+        ctx, {query, key_value, edge_scale, neighbours, code, attention, features.value_or(Tensor())}, heads, out,
+        attention);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
     auto [grad_query, grad_key_value, grad_edge_scale, grad_edge_bias] =
-        slot_gradients(ctx, grads[0], saved[0], saved[1], saved[2], saved[3], saved[4], saved[5]);
-    return {grad_query, grad_key_value, grad_edge_scale, grad_edge_bias, Tensor(), Tensor(), Tensor(), Tensor()};
+        slot_gradients(ctx, grads[0], saved[0], saved[1], saved[2], saved[3], saved[4], saved[5], saved[6]);
+    return {grad_query, grad_key_value, grad_edge_scale, grad_edge_bias, Tensor(), Tensor(), Tensor(), Tensor(),
+            Tensor()};
   }
 };
 
 std::tuple<Tensor, Tensor> slot_attention_autograd(const Tensor& query, const Tensor& key_value,
                                                    const Tensor& edge_scale, const Tensor& edge_bias,
                                                    const Tensor& neighbours, const Tensor& code, const Tensor& mask,
-                                                   int64_t heads) {
-  auto outputs = SlotAttention::apply(query, key_value, edge_scale, edge_bias, neighbours, code, mask, heads);
+                                                   int64_t heads, const std::optional<Tensor>& features) {
+  auto outputs =
+      SlotAttention::apply(query, key_value, edge_scale, edge_bias, neighbours, code, mask, heads, features);
   return {outputs[0], outputs[1]};
 }
 
@@ -995,10 +1227,10 @@ std::tuple<Tensor, Tensor> projected_slot_attention(const Tensor& query_x, const
                                                     const Tensor& kv_weight, const Tensor& kv_bias,
                                                     const Tensor& edge_scale, const Tensor& edge_bias,
                                                     const Tensor& neighbours, const Tensor& code, const Tensor& mask,
-                                                    int64_t heads) {
+                                                    int64_t heads, const std::optional<Tensor>& features) {
   static auto slot_op = operator_handle<SlotForward>("sgt::slot_attention");
   return slot_op.call(at::linear(query_x, query_weight, query_bias), at::linear(key_x, kv_weight, kv_bias),
-                      edge_scale, edge_bias, neighbours, code, mask, heads);
+                      edge_scale, edge_bias, neighbours, code, mask, heads, features);
 }
 
 // Keeps the layer's inputs (which the caller keeps anyway) instead of the projected queries, keys and
@@ -1008,13 +1240,15 @@ struct ProjectedSlotAttention : public torch::autograd::Function<ProjectedSlotAt
   static variable_list forward(AutogradContext* ctx, const Tensor& query_x, const Tensor& key_x,
                                const Tensor& query_weight, const Tensor& query_bias, const Tensor& kv_weight,
                                const Tensor& kv_bias, const Tensor& edge_scale, const Tensor& edge_bias,
-                               const Tensor& neighbours, const Tensor& code, const Tensor& mask, int64_t heads) {
+                               const Tensor& neighbours, const Tensor& code, const Tensor& mask, int64_t heads,
+                               const std::optional<Tensor>& features) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [out, attention] = projected_slot_attention(query_x, key_x, query_weight, query_bias, kv_weight, kv_bias,
-                                                     edge_scale, edge_bias, neighbours, code, mask, heads);
-    return keep_for_slot_backward(
-        ctx, {query_x, key_x, query_weight, query_bias, kv_weight, kv_bias, edge_scale, neighbours, code, attention},
-        heads, out, attention);
+                                                     edge_scale, edge_bias, neighbours, code, mask, heads, features);
+    return keep_for_slot_backward(ctx,
+                                  {query_x, key_x, query_weight, query_bias, kv_weight, kv_bias, edge_scale,
+                                   neighbours, code, attention, features.value_or(Tensor())},
+                                  heads, out, attention);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -1022,19 +1256,20 @@ struct ProjectedSlotAttention : public torch::autograd::Function<ProjectedSlotAt
     const Tensor &query_x = saved[0], &key_x = saved[1], &query_weight = saved[2], &kv_weight = saved[4];
     auto [grad_query, grad_key_value, grad_edge_scale, grad_edge_bias] = slot_gradients(
         ctx, grads[0], at::linear(query_x, query_weight, saved[3]), at::linear(key_x, kv_weight, saved[5]),
-        saved[6], saved[7], saved[8], saved[9]);
+        saved[6], saved[7], saved[8], saved[9], saved[10]);
     return {grad_query.mm(query_weight), grad_key_value.mm(kv_weight), grad_query.t().mm(query_x),
             grad_query.sum(0), grad_key_value.t().mm(key_x), grad_key_value.sum(0), grad_edge_scale, grad_edge_bias,
-            Tensor(), Tensor(), Tensor(), Tensor()};
+            Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
 std::tuple<Tensor, Tensor> projected_slot_attention_autograd(
     const Tensor& query_x, const Tensor& key_x, const Tensor& query_weight, const Tensor& query_bias,
     const Tensor& kv_weight, const Tensor& kv_bias, const Tensor& edge_scale, const Tensor& edge_bias,
-    const Tensor& neighbours, const Tensor& code, const Tensor& mask, int64_t heads) {
+    const Tensor& neighbours, const Tensor& code, const Tensor& mask, int64_t heads,
+    const std::optional<Tensor>& features) {
   auto outputs = ProjectedSlotAttention::apply(query_x, key_x, query_weight, query_bias, kv_weight, kv_bias,
-                                               edge_scale, edge_bias, neighbours, code, mask, heads);
+                                               edge_scale, edge_bias, neighbours, code, mask, heads, features);
   return {outputs[0], outputs[1]};
 }
 
@@ -1044,11 +1279,11 @@ std::tuple<Tensor, Tensor> projected_slot_attention_autograd(
 // be built, so keep each on one line.
 TORCH_LIBRARY(sgt, m) {
   m.def("edges_by_source(Tensor ptr, Tensor src, Tensor code) -> (Tensor, Tensor, Tensor, Tensor)");
-  m.def("edge_attention(Tensor query, Tensor key_value, Tensor edge_scale, Tensor edge_bias, Tensor ptr, Tensor src, Tensor code, Tensor source_ptr, Tensor source_edge, Tensor source_dst, Tensor source_code, float temperature, float clip) -> (Tensor, Tensor, Tensor)");
-  m.def("edge_attention_backward(Tensor grad_out, Tensor? grad_scores, Tensor query, Tensor key_value, Tensor edge_scale, Tensor scores, Tensor inside, Tensor ptr, Tensor src, Tensor code, Tensor source_ptr, Tensor source_edge, Tensor source_dst, Tensor source_code, float temperature) -> (Tensor, Tensor, Tensor, Tensor)");
-  m.def("slot_attention(Tensor query, Tensor key_value, Tensor edge_scale, Tensor edge_bias, Tensor neighbours, Tensor code, Tensor mask, int heads) -> (Tensor, Tensor)");
-  m.def("slot_attention_backward(Tensor grad_out, Tensor query, Tensor key_value, Tensor edge_scale, Tensor neighbours, Tensor code, Tensor attention, int heads) -> (Tensor, Tensor, Tensor, Tensor)");
-  m.def("projected_slot_attention(Tensor query_x, Tensor key_x, Tensor query_weight, Tensor query_bias, Tensor kv_weight, Tensor kv_bias, Tensor edge_scale, Tensor edge_bias, Tensor neighbours, Tensor code, Tensor mask, int heads) -> (Tensor, Tensor)");
+  m.def("edge_attention(Tensor query, Tensor key_value, Tensor edge_scale, Tensor edge_bias, Tensor ptr, Tensor src, Tensor code, Tensor source_ptr, Tensor source_edge, Tensor source_dst, Tensor source_code, float temperature, float clip, Tensor? features=None) -> (Tensor, Tensor, Tensor)");
+  m.def("edge_attention_backward(Tensor grad_out, Tensor? grad_scores, Tensor query, Tensor key_value, Tensor edge_scale, Tensor scores, Tensor inside, Tensor ptr, Tensor src, Tensor code, Tensor source_ptr, Tensor source_edge, Tensor source_dst, Tensor source_code, float temperature, Tensor? features=None) -> (Tensor, Tensor, Tensor, Tensor)");
+  m.def("slot_attention(Tensor query, Tensor key_value, Tensor edge_scale, Tensor edge_bias, Tensor neighbours, Tensor code, Tensor mask, int heads, Tensor? features=None) -> (Tensor, Tensor)");
+  m.def("slot_attention_backward(Tensor grad_out, Tensor query, Tensor key_value, Tensor edge_scale, Tensor neighbours, Tensor code, Tensor attention, int heads, Tensor? features=None) -> (Tensor, Tensor, Tensor, Tensor)");
+  m.def("projected_slot_attention(Tensor query_x, Tensor key_x, Tensor query_weight, Tensor query_bias, Tensor kv_weight, Tensor kv_bias, Tensor edge_scale, Tensor edge_bias, Tensor neighbours, Tensor code, Tensor mask, int heads, Tensor? features=None) -> (Tensor, Tensor)");
   m.def("sample_neighbours(Tensor ptr, Tensor scores, Tensor? nodes, int degree, int method, int seed) -> Tensor");
   m.def("dropout_mask(int[] shape, float p, int seed) -> Tensor");
   m.def("propagation_step(Tensor step_ptr, Tensor step_cols, Tensor step_vals, Tensor op_counts, Tensor op_cols, Tensor op_vals, float teleport, int keep) -> (Tensor, Tensor, Tensor)");

@@ -9,6 +9,10 @@ terms are the sum E_t + E^spd_s + E^attr_a; the fused kernels read them as one t
     c = (t * S + s) * A + a,
 
 over S buckets and A feature codes (1 each where a graph has none, so that c = t, or t * S + s, as before).
+
+Continuous edge features f [Fe] (ogbn-proteins' confidence scores) are no code: their rows, W_E^T [Fe, d]
+and W_B^T [Fe, h], follow the code rows (`EdgeTypedAttention.with_feature_rows`), and the fused operators
+add sum_k f_k of them to each edge's code row, per edge, inside the kernels.
 """
 
 from __future__ import annotations

@@ -51,7 +51,8 @@ class AttentionScoreEstimator(nn.Module):
         num_spd_buckets: SPD buckets of anchor/k-hop edges (0: no SPD terms), see `EstimatorAttention`.
         memory_efficient: attend through the fused operator, see `EstimatorAttention`.
         num_edge_attr_codes: categorical edge-feature codes (0: none), see `EstimatorAttention`.
-        edge_feature_dim: continuous edge-feature columns; the estimator does not read them (yet).
+        edge_feature_dim: Fe, continuous edge-feature columns (0: none): W_E f and W_B f join every layer's
+            edge terms (see `EstimatorAttention`).
         readout: None for node tasks, else how each graph's rows are pooled (`GraphReadout`), as the wide
             network reads out, before an MLP head: the estimator learns the task the wide network learns.
         encoder: the input layer's arguments but its width, passed on to `NodeEncoder`: the feature width
@@ -68,13 +69,10 @@ class AttentionScoreEstimator(nn.Module):
                  num_edge_attr_codes: int = 0, edge_feature_dim: int = 0, readout: str | None = None,
                  **encoder) -> None:
         super().__init__()
-        if edge_feature_dim:
-            raise ValueError(f"the estimator reads categorical edge features only; this graph has "
-                             f"{edge_feature_dim} continuous ones")
         self.encoder = NodeEncoder(hidden=width, **encoder)
         self.layers = nn.ModuleList(
             EstimatorLayer(EstimatorAttention(width, num_edge_types, logit_clip, num_spd_buckets, memory_efficient,
-                                              num_edge_attr_codes), layer_norm)
+                                              num_edge_attr_codes, edge_feature_dim), layer_norm)
             for _ in range(num_layers)
         )
         self.final_norm = nn.LayerNorm(width) if layer_norm else nn.Identity()
@@ -100,7 +98,7 @@ class AttentionScoreEstimator(nn.Module):
         last.bias.copy_(prior)
 
     def prepare(self, edge_index: Tensor, edge_type: Tensor, edge_spd: Tensor | None, num_nodes: int,
-                edge_attr: Tensor | None = None) -> AttentionEdges:
+                edge_attr: Tensor | None = None, edge_features: Tensor | None = None) -> AttentionEdges:
         """The graph's edges as every layer reads them, once per graph rather than per layer and epoch.
 
         Args:
@@ -108,8 +106,10 @@ class AttentionScoreEstimator(nn.Module):
                 or None. Index tensors may be int64 or the compact dtypes `InteractionGraph.load(...,
                 compact=True)` gives.
             num_nodes: N.
+            edge_features: float [E, Fe] continuous features in edge order, or None; every layer reads
+                this one tensor.
         """
-        return self.layers[0].attention.prepare(edge_index, edge_type, edge_spd, num_nodes, edge_attr)
+        return self.layers[0].attention.prepare(edge_index, edge_type, edge_spd, num_nodes, edge_attr, edge_features)
 
     def forward(self, x: Tensor, node_kind: Tensor, edges: AttentionEdges, temperature: float = 1.0,
                 extras: NodeExtras | None = None, rows: GraphRows | None = None) -> tuple[Tensor, list[Tensor]]:

@@ -60,10 +60,28 @@ def _local_destinations(lengths: Tensor) -> Tensor:
     return torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths)
 
 
+def _split_tables(edge_scale, edge_bias, features):
+    """The tables' C code rows and F feature rows (`features` [.., F] or None: F = 0)."""
+    num_codes = edge_scale.shape[0] - (0 if features is None else features.shape[-1])
+    return num_codes, edge_scale[num_codes:], None if edge_bias is None else edge_bias[num_codes:]
+
+
+def _edge_terms(edge_scale, edge_bias, code_c, features_c, feature_scale, feature_bias):
+    """A chunk's per-edge E rows [e, d] and B values [e] (B None: E only): its code rows, plus with features
+    f [e, F] the feature rows' combination f W (Spexphormer's W_E f, W_B f)."""
+    scale_e = edge_scale.index_select(0, code_c)  # [e, d]
+    bias_e = None if edge_bias is None else edge_bias.index_select(0, code_c)  # [e]
+    if features_c is not None:
+        scale_e = scale_e + features_c @ feature_scale  # [e, F] @ [F, d]
+        bias_e = None if bias_e is None else bias_e + features_c @ feature_bias  # [e]
+    return scale_e, bias_e
+
+
 def _edge_attention_torch(query, key_value, edge_scale, edge_bias, ptr, src, code, source_ptr, source_edge,
-                          source_dst, source_code, temperature, clip):
+                          source_dst, source_code, temperature, clip, features=None):
     """`sgt::edge_attention` in torch, one chunk of edges at a time: the CUDA path, and the CPU's without
     the compiled kernels. The source grouping is for the compiled backward pass; this one does not read it.
+    With `features` [E, F] the tables end with F feature rows (`fused_edge_attention`).
 
     Autograd over these ops would keep about a dozen [E, d]-sized intermediates per layer (gathered queries,
     keys, values, products, one-hots, ...), hundreds of bytes per edge: on Tolokers (1.4M attention edges)
@@ -76,13 +94,16 @@ def _edge_attention_torch(query, key_value, edge_scale, edge_bias, ptr, src, cod
     out = query.new_zeros(num_nodes, width)
     scores = query.new_empty(src.numel())
     inside = torch.empty(src.numel(), dtype=torch.bool, device=src.device)  # where the clip passes gradient
+    _num_codes, feature_scale, feature_bias = _split_tables(edge_scale, edge_bias, features)
     for first_node, end_node, first, end in _edge_chunks(in_degree, key_value):
         lengths = in_degree[first_node:end_node]
         src_c, dst_c, code_c = src[first:end], _local_destinations(lengths), code[first:end].long()
         key_e, value_e = key_value.index_select(0, src_c).split(width, dim=1)  # [e, d] x2
         query_e = query[first_node:end_node].index_select(0, dst_c)  # [e, d]
-        raw = (query_e * key_e * edge_scale.index_select(0, code_c)).sum(-1)  # [e]
-        tempered = (raw * scale + edge_bias.index_select(0, code_c)) / temperature  # [e]
+        scale_e, bias_e = _edge_terms(edge_scale, edge_bias, code_c, None if features is None else features[first:end],
+                                      feature_scale, feature_bias)  # [e, d], [e]
+        raw = (query_e * key_e * scale_e).sum(-1)  # [e]
+        tempered = (raw * scale + bias_e) / temperature  # [e]
         inside[first:end] = tempered.abs() < clip
         # |logit| <= clip, so exp cannot overflow and no per-segment max is needed
         weights = tempered.clamp_(-clip, clip).exp_()  # [e]
@@ -93,16 +114,17 @@ def _edge_attention_torch(query, key_value, edge_scale, edge_bias, ptr, src, cod
 
 
 def _edge_attention_backward_torch(grad_out, grad_scores, query, key_value, edge_scale, scores, inside, ptr, src,
-                                   code, source_ptr, source_edge, source_dst, source_code, temperature):
-    """`sgt::edge_attention_backward` in torch, chunk by chunk: gradients of query, key_value, E and B."""
+                                   code, source_ptr, source_edge, source_dst, source_code, temperature, features=None):
+    """`sgt::edge_attention_backward` in torch, chunk by chunk: gradients of query, key_value, E and B (their
+    code rows, then with `features` their feature rows: f_j times the code rows' terms)."""
     width = query.shape[1]
-    num_codes = edge_scale.shape[0]
+    num_codes, feature_scale, _ = _split_tables(edge_scale, None, features)
     scale = 1.0 / math.sqrt(width)
     in_degree = ptr.diff()  # [N]
     grad_query = torch.zeros_like(query)
     grad_key_value = torch.zeros_like(key_value)  # keys and values are both gathered by src
     grad_edge_scale = torch.zeros_like(edge_scale)
-    grad_edge_bias = query.new_zeros(num_codes)
+    grad_edge_bias = query.new_zeros(edge_scale.shape[0])
     for first_node, end_node, first, end in _edge_chunks(in_degree, key_value):
         lengths, scores_c = in_degree[first_node:end_node], scores[first:end]
         src_c, dst_c, code_c = src[first:end], _local_destinations(lengths), code[first:end].long()
@@ -118,15 +140,20 @@ def _edge_attention_backward_torch(grad_out, grad_scores, query, key_value, edge
         grad_logit = grad_logit * inside[first:end] / temperature  # [e] gradient of the bias term
         grad_raw = (grad_logit * scale).unsqueeze(1)  # [e, 1]
         query_e = query[first_node:end_node].index_select(0, dst_c)  # [e, d]
-        scale_e = edge_scale.index_select(0, code_c)  # [e, d]
+        features_c = None if features is None else features[first:end]  # [e, F]
+        scale_e, _ = _edge_terms(edge_scale, None, code_c, features_c, feature_scale, None)  # [e, d]
         grad_query[first_node:end_node] = torch.segment_reduce(grad_raw * key_e * scale_e, "sum", lengths=lengths)
         grad_key_value.index_add_(
             0, src_c, torch.cat([grad_raw * query_e * scale_e, scores_c.unsqueeze(1) * grad_out_e], dim=1)
         )
         # C is tiny, so a one-hot matmul beats index_add_'s serial scatter into a handful of rows
         own_code = torch.nn.functional.one_hot(code_c, num_codes).to(query.dtype)  # [e, C]
-        grad_edge_scale += own_code.t() @ (grad_raw * query_e * key_e)  # [C, d]
-        grad_edge_bias += torch.bincount(code_c, weights=grad_logit, minlength=num_codes).to(query.dtype)
+        grad_terms = grad_raw * query_e * key_e  # [e, d] the gradient of the edge's E row
+        grad_edge_scale[:num_codes] += own_code.t() @ grad_terms  # [C, d]
+        grad_edge_bias[:num_codes] += torch.bincount(code_c, weights=grad_logit, minlength=num_codes).to(query.dtype)
+        if features_c is not None:  # the feature rows': f_j times the edge's terms
+            grad_edge_scale[num_codes:] += features_c.t() @ grad_terms  # [F, d]
+            grad_edge_bias[num_codes:] += features_c.t() @ grad_logit  # [F]
     return grad_query, grad_key_value, grad_edge_scale, grad_edge_bias
 
 
@@ -141,20 +168,20 @@ def _edges_by_source_torch(ptr, src, code):
 
 
 def _setup_context(ctx, inputs, output):
-    query, key_value, edge_scale, _edge_bias, *graph, temperature, _clip = inputs
+    query, key_value, edge_scale, _edge_bias, *graph, temperature, _clip, features = inputs
     _out, scores, inside = output
-    ctx.save_for_backward(query, key_value, edge_scale, scores, inside, *graph)
+    ctx.save_for_backward(query, key_value, edge_scale, scores, inside, *graph, features)
     ctx.temperature = temperature
     ctx.set_materialize_grads(False)  # no [E] zeros when the scores take no gradient
 
 
 def _backward(ctx, grad_out, grad_scores, _grad_inside):
-    query, key_value, edge_scale, scores, inside, *graph = ctx.saved_tensors
+    query, key_value, edge_scale, scores, inside, *graph, features = ctx.saved_tensors
     grad_out = torch.zeros_like(query) if grad_out is None else grad_out.contiguous()
     grad_scores = None if grad_scores is None else grad_scores.contiguous()
     grads = operators().edge_attention_backward(grad_out, grad_scores, query, key_value, edge_scale, scores,
-                                                 inside, *graph, ctx.temperature)
-    return *grads, *([None] * 9)  # the graph, temperature and clip take none
+                                                 inside, *graph, ctx.temperature, features)
+    return *grads, *([None] * 10)  # the graph, temperature, clip and features take none
 
 
 @functools.cache
@@ -245,38 +272,50 @@ def fused_edge_attention(
     temperature: float,
     clip: float,
     compact: CompactEdges | None = None,
+    features: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    r"""Edge softmax attention: for an edge j -> i with code c (its edge type, or type and distance),
+    r"""Edge softmax attention: for an edge j -> i with code c (its edge type, or type and distance) and,
+    optionally, continuous features f (F of them),
 
     .. math::
-        a_{ij} = \mathrm{softmax}_j\Big(\mathrm{clip}\big(((E_c \odot K_j)\cdot Q_i / \sqrt{d} + B_c) / \tau, \pm\,clip\big)\Big),
-        \qquad \mathrm{out}_i = \sum_j a_{ij} V_j
+        E_{ij} = E_c + \sum_k f_k E_{C+k}, \qquad B_{ij} = B_c + \sum_k f_k B_{C+k},
+
+        a_{ij} = \mathrm{softmax}_j\Big(\mathrm{clip}\big(((E_{ij} \odot K_j)\cdot Q_i / \sqrt{d} + B_{ij}) / \tau,
+        \pm\,clip\big)\Big), \qquad \mathrm{out}_i = \sum_j a_{ij} V_j
+
+    The tables' last F rows are the columns of Spexphormer's W_E [d, F] and W_B [1, F] (section 3: E = W_E f,
+    B = W_B f), so that a code, a one-hot feature, and the continuous features are one linear map.
 
     Args:
         query, key, value: float [N, d] node projections (value already normalised and scaled).
-        edge_scale: float [C, d] E per edge code; edge_bias: float [C] B per edge code.
+        edge_scale: float [C + F, d] E per edge code, then per feature; edge_bias: float [C + F] B alike.
         edge_index: integer [2, E] (src, dst) sorted by dst; edge_code: integer [E] in [0, C); only
             read to build `compact` when it is missing.
         in_degree: int64 [N] incoming edges per node (the CSR segment lengths).
         temperature: tau; clip: bound on the tempered logits (<= 30 so exp cannot overflow).
         compact: `compact_edges(edge_index, edge_code, ...)`, which a caller with several layers or
             epochs over one graph builds once.
+        features: float [E, F] each edge's continuous features, in edge order, the query's dtype (None: F = 0).
+            They take no gradient.
 
     Returns:
         out [N, d] and scores [E] (summing to 1 per destination).
 
     It runs `sgt::edge_attention`: the compiled kernel on the CPU (one sweep over the destinations with
     every per-edge value in registers, about 10x faster than torch), `_edge_attention_torch` elsewhere.
-    Between the passes it keeps the scores and clip mask, 5 bytes per edge.
+    Between the passes it keeps the scores and clip mask, 5 bytes per edge; the features are the caller's
+    tensor, shared by every layer, and each pass forms an edge's terms from them again: no per-edge E rows
+    are ever stored.
     """
+    num_codes = edge_scale.shape[0] - (0 if features is None else features.shape[1])
     if compact is None:
         ptr = torch.zeros(in_degree.numel() + 1, dtype=torch.int64, device=in_degree.device)
         torch.cumsum(in_degree, 0, out=ptr[1:])
-        compact = compact_edges(edge_index, edge_code, ptr, edge_scale.shape[0])
-    elif edge_scale.shape[0] > torch.iinfo(CODE_DTYPE).max + 1:
-        raise ValueError(f"the attention operators take at most 256 edge codes, got {edge_scale.shape[0]}")
+        compact = compact_edges(edge_index, edge_code, ptr, num_codes)
+    elif num_codes > torch.iinfo(CODE_DTYPE).max + 1:
+        raise ValueError(f"the attention operators take at most 256 edge codes, got {num_codes}")
     key_value = torch.cat([key, value], dim=1)  # [N, 2d]: a key and its value on one cache line
     out, scores, _inside = _operators().edge_attention(
         query.contiguous(), key_value, edge_scale.contiguous(), edge_bias.contiguous(), *compact.tensors(),
-        float(temperature), float(clip))
+        float(temperature), float(clip), None if features is None else features.contiguous())
     return out, scores

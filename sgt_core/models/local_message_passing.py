@@ -46,7 +46,11 @@ class LocalMessagePassing(nn.Module):
       row's support it is the K steps over all the graph's edges exactly; sampling does not touch it.
     - sage: :math:`W_1 x_i + W_2\, \mathrm{agg}_{j \in N(i)} x_j`, agg `mean` or `sum` (`SAGEConv`); a sum
       counts neighbours, which a mean and attention's softmax cannot.
-    - gatv2: `GATv2Conv` with `heads` heads concatenated, over N(i) and i itself.
+    - gatv2: `GATv2Conv` with `heads` heads concatenated, over N(i) and i itself; with `edge_feature_dim`
+      Fe > 0, `GATv2Conv(edge_dim=Fe)`: W_e f_ji joins the scores inside the LeakyReLU, and i's own edge
+      takes the mean of its kept graph edges' features (PyG's self-loops, fill_value="mean"; with every
+      neighbour kept it is PyG's). gcn and sage have no use for edge features (GCNConv takes one scalar
+      weight per edge, SAGEConv none) and ignore them.
 
     Args:
         kind: gcn, sage or gatv2.
@@ -58,6 +62,7 @@ class LocalMessagePassing(nn.Module):
         teleport: gcn's teleport probability alpha back to z_0 at each step (0: none).
         top_k: gcn's propagation through the layer's top-k `PropagationRows` of that width (None: the steps
             run over the layer's kept graph edges).
+        edge_feature_dim: Fe, continuous edge-feature columns, which gatv2 reads (0: none).
 
     Shapes:
         h [K, D] layer input, query_h [Q, D] its query rows, graph_degree [K] real graph in-degree of each
@@ -65,7 +70,8 @@ class LocalMessagePassing(nn.Module):
     """
 
     def __init__(self, kind: str, hidden: int, heads: int, aggregation: str = "mean",
-                 graph_edge_type: int = 0, steps: int = 1, teleport: float = 0.0, top_k: int | None = None) -> None:
+                 graph_edge_type: int = 0, steps: int = 1, teleport: float = 0.0, top_k: int | None = None,
+                 edge_feature_dim: int = 0) -> None:
         super().__init__()
         if kind not in LOCAL_KINDS[1:]:
             raise ValueError(f"local branch kind must be one of {', '.join(LOCAL_KINDS[1:])}, got {kind!r}")
@@ -82,7 +88,7 @@ class LocalMessagePassing(nn.Module):
         self.steps, self.teleport, self.top_k = steps, teleport, top_k
         self.kind, self.aggregation, self.graph_edge_type = kind, aggregation, graph_edge_type
         self.heads = heads if kind == "gatv2" else 1
-        self.conv = _ConvParameters(kind, hidden, self.heads)
+        self.conv = _ConvParameters(kind, hidden, self.heads, edge_feature_dim if kind == "gatv2" else 0)
 
     def reset_parameters(self) -> None:
         self.conv.reset_parameters()
@@ -94,7 +100,8 @@ class LocalMessagePassing(nn.Module):
         query_rows = torch.arange(h.shape[0], device=h.device) if isinstance(layer, FullLayer) else layer.queries
         real = graph_degree.index_select(0, query_rows).to(h.dtype)  # [Q] n_i
         if self.kind == "gatv2":  # over N(i) and i itself, as PyG's layer with its self-loops
-            return self._gatv2(h, query_h, *_with_self_edges(source, target, query_rows))
+            features = self._self_edge_features(layer, target, kept)  # [E' + Q, Fe] or None
+            return self._gatv2(h, query_h, *_with_self_edges(source, target, query_rows), features)
         # n_i / s_i: the sampled sum's correction (1 where every neighbour is kept)
         correction = real / kept.clamp_min(1).to(h.dtype)  # [Q]
         if self.kind == "gcn":
@@ -141,13 +148,37 @@ class LocalMessagePassing(nn.Module):
         return _sum_messages(projected, rows.neighbours.reshape(-1), target, weight,
                              projected.new_zeros((num_queries, projected.shape[1]))) + self.conv.bias
 
-    def _gatv2(self, h: Tensor, query_h: Tensor, source: Tensor, target: Tensor) -> Tensor:
-        """GATv2Conv (concatenated heads, LeakyReLU slope 0.2, no edge features) from input rows to queries."""
+    def _self_edge_features(self, layer: SampledLayer | FullLayer, target: Tensor, kept: Tensor) -> Tensor | None:
+        """The kept graph edges' continuous features, then each query's own edge's, the mean of its kept
+        edges' (0 without any): [E' + Q, Fe], in `_with_self_edges`' order; None where gatv2 reads none."""
+        if self.conv.lin_edge is None:
+            return None
+        if isinstance(layer, FullLayer):
+            features = layer.edge_features
+            features = None if features is None else features[layer.edge_type == self.graph_edge_type]
+        else:
+            features = layer.neighbour_features
+            if features is not None:  # the same row-major order as `graph_edges`
+                features = features[layer.neighbour_mask & (layer.neighbour_type == self.graph_edge_type)]
+        if features is None:
+            return None
+        dtype = self.conv.lin_edge.weight.dtype
+        sums = features.new_zeros((kept.numel(), features.shape[1]), dtype=dtype).index_add_(0, target,
+                                                                                                features.to(dtype))
+        return torch.cat([features.to(dtype), sums / kept.clamp_min(1).unsqueeze(1).to(dtype)])
+
+    def _gatv2(self, h: Tensor, query_h: Tensor, source: Tensor, target: Tensor,
+               edge_features: Tensor | None = None) -> Tensor:
+        """GATv2Conv (concatenated heads, LeakyReLU slope 0.2) from input rows to queries; `edge_features`
+        [E', Fe] join the scores through lin_edge as GATv2Conv(edge_dim) adds them."""
         heads, num_queries = self.heads, query_h.shape[0]
         source_h = self.conv.lin_l(h).view(h.shape[0], heads, -1)  # [K, H, C]
         query_proj = self.conv.lin_r(query_h).view(num_queries, heads, -1)  # [Q, H, C]
         messages = source_h.index_select(0, source)  # [E', H, C]
-        scores = (F.leaky_relu(messages + query_proj.index_select(0, target), 0.2) * self.conv.att).sum(-1)  # [E', H]
+        pre = messages + query_proj.index_select(0, target)  # [E', H, C]
+        if edge_features is not None:
+            pre = pre + self.conv.lin_edge(edge_features).view(pre.shape)
+        scores = (F.leaky_relu(pre, 0.2) * self.conv.att).sum(-1)  # [E', H]
         # softmax over each query's edges; the per-query max is a constant there, so no gradient through it
         largest = torch.full((num_queries, heads), float("-inf"), dtype=scores.dtype, device=scores.device)
         largest = largest.scatter_reduce(0, target.unsqueeze(1).expand(-1, heads), scores.detach(), "amax")
@@ -179,10 +210,11 @@ class _ConvParameters(nn.Module):
     """The parameters of PyG's layer of `kind`, by its names and shapes, so that state dicts load both ways.
 
     gcn: `lin` (no bias) and `bias`; sage: `lin_l` (bias) on the neighbours, `lin_r` (no bias) on the node;
-    gatv2: `lin_l`, `lin_r` (both with bias), `att` [1, H, C] and `bias`.
+    gatv2: `lin_l`, `lin_r` (both with bias), `att` [1, H, C] and `bias`, and with edge features `lin_edge`
+    (Fe -> D, no bias).
     """
 
-    def __init__(self, kind: str, hidden: int, heads: int) -> None:
+    def __init__(self, kind: str, hidden: int, heads: int, edge_dim: int = 0) -> None:
         super().__init__()
         self.kind = kind
         if kind == "gcn":
@@ -196,6 +228,7 @@ class _ConvParameters(nn.Module):
             self.lin_r = nn.Linear(hidden, hidden)
             self.att = nn.Parameter(torch.empty(1, heads, hidden // heads))
             self.bias = nn.Parameter(torch.empty(hidden))
+        self.lin_edge = nn.Linear(edge_dim, hidden, bias=False) if edge_dim > 0 else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -205,11 +238,14 @@ class _ConvParameters(nn.Module):
             self.lin_r.reset_parameters()
             return
         for linear in self.children():
-            nn.init.xavier_uniform_(linear.weight)
-            if linear.bias is not None:
-                nn.init.zeros_(linear.bias)
+            if linear is not self.lin_edge:
+                nn.init.xavier_uniform_(linear.weight)
+                if linear.bias is not None:
+                    nn.init.zeros_(linear.bias)
         if self.kind == "gatv2":
             nn.init.xavier_uniform_(self.att)
+        if self.lin_edge is not None:  # last: the other weights draw as they do without edge features
+            nn.init.xavier_uniform_(self.lin_edge.weight)
         nn.init.zeros_(self.bias)
 
 

@@ -70,12 +70,12 @@ class SpexphormerLayer(nn.Module):
         if isinstance(layer, FullLayer):
             query_h = h  # [N, D]
             attended = self.attention.forward_full(h, layer.edge_index, layer.edge_type, layer.in_degree,
-                                                   layer.edge_spd, layer.edge_attr)
+                                                   layer.edge_spd, layer.edge_attr, layer.edge_features)
         else:
             # every input row, in order (full-graph layers): no [N, D] copy for autograd to keep
             query_h = h if layer.queries_are_input_rows(h.shape[0]) else h[layer.queries]  # [Q, D]
             attended = self.attention(query_h, h, layer.neighbours, layer.neighbour_type, layer.neighbour_mask,
-                                      layer.neighbour_spd, layer.neighbour_attr)
+                                      layer.neighbour_spd, layer.neighbour_attr, layer.neighbour_features)
         out = self._normed(self.norm_attention, query_h, self.dropout(attended))  # [Q, D]
         if self.local is not None:
             if graph_degree is None:
@@ -106,7 +106,8 @@ class Spexphormer(nn.Module):
         deepnorm: DeepNorm residuals (DeepGraph) instead of batch norm, for deep stacks.
         num_spd_buckets: SPD buckets of anchor/k-hop edges (0: no SPD terms), see `SampledAttention`.
         local: the local branch of every layer, `none`, `gcn`, `sage` or `gatv2` (`LocalMessagePassing`), or
-            `gine` (`GINEBranch`, reading the edges' feature codes).
+            `gine` (`GINEBranch`, reading the edges' feature codes and continuous features); gatv2 reads the
+            continuous features too.
         local_aggregation: the sage branch's aggregation, mean or sum.
         local_steps, local_teleport: the gcn branch's APPNP propagation, K steps with teleport alpha
             (`LocalMessagePassing`'s `steps`, `teleport`); 1 and 0 give one GCN hop.
@@ -117,7 +118,8 @@ class Spexphormer(nn.Module):
         graph_edge_type: the edge type code of the input graph's own edges (the local branch's).
         feed_forward: each layer's feed-forward block; False ends every layer at its branches' sum.
         num_edge_attr_codes: categorical edge-feature codes (0: none), read by the attention and by gine.
-        edge_feature_dim: continuous edge-feature columns; the wide network does not read them (yet).
+        edge_feature_dim: Fe, continuous edge-feature columns (0: none), read by the attention (W_E f, W_B f,
+            see `SampledAttention`) and by gine (a linear map added to the code embedding).
         readout: None for node tasks (a linear head per node), else how each graph's rows are pooled
             (`GraphReadout`: mean, sum, virtual, attention) before GraphGPS's MLP head.
         encoder: the input layer's arguments but its width, as in `AttentionScoreEstimator`.
@@ -135,9 +137,6 @@ class Spexphormer(nn.Module):
                  input_dropout: float = 0.0, feed_forward: bool = True, num_edge_attr_codes: int = 0,
                  edge_feature_dim: int = 0, readout: str | None = None, **encoder) -> None:
         super().__init__()
-        if edge_feature_dim:
-            raise ValueError(f"the wide network reads categorical edge features only; this graph has "
-                             f"{edge_feature_dim} continuous ones")
         self.input_dropout = Dropout(input_dropout)
         self.encoder = NodeEncoder(hidden=hidden, **encoder)
         self.degree_encoder = nn.Linear(1, hidden) if degree_signal else None
@@ -146,13 +145,14 @@ class Spexphormer(nn.Module):
             if local == "none":
                 return None
             if local == "gine":
-                return GINEBranch(hidden, num_edge_attr_codes, graph_edge_type)
+                return GINEBranch(hidden, num_edge_attr_codes, graph_edge_type, edge_feature_dim)
             return LocalMessagePassing(local, hidden, heads, local_aggregation, graph_edge_type, local_steps,
-                                       local_teleport, local_top_k)
+                                       local_teleport, local_top_k, edge_feature_dim)
 
         self.layers = nn.ModuleList(
             SpexphormerLayer(
-                SampledAttention(hidden, heads, num_edge_types, num_spd_buckets, num_edge_attr_codes), dropout,
+                SampledAttention(hidden, heads, num_edge_types, num_spd_buckets, num_edge_attr_codes,
+                                 edge_feature_dim), dropout,
                 deepnorm, num_layers, local_branch(), feed_forward,
             )
             for _ in range(num_layers)

@@ -107,27 +107,29 @@ class LayerSampler:
         generator: torch generator on the same device.
         edge_spd: int64 [E] SPD buckets carried into the sampled layers (None: no SPD encoding).
         edge_attr: [E] categorical edge-feature codes carried into the sampled layers (None: none).
+        edge_features: float [E, Fe] continuous edge features carried into the sampled layers, [Q, deg, Fe] per
+            layer (None: none).
         propagation: every node's top-k propagation rows [N, k] (`appnp_top_k`), carried into every layer for
             the local branch, or None. Not sampled: a batch's layers add each query's k rows to their input.
     """
 
     def __init__(
         self, edge_index, edge_type, ptr, layer_scores, degrees, method, generator, edge_spd=None,
-        propagation: PropagationRows | None = None, edge_attr=None,
+        propagation: PropagationRows | None = None, edge_attr=None, edge_features=None,
     ) -> None:
         self.edge_index, self.edge_type, self.ptr, self.edge_spd = edge_index, edge_type, ptr, edge_spd
-        self.edge_attr = edge_attr
+        self.edge_attr, self.edge_features = edge_attr, edge_features
         self.propagation = propagation
         self.layer_scores, self.degrees, self.method, self.generator = layer_scores, list(degrees), method, generator
         self._full_layer: FullLayer | None = None
 
-    def layer(self, scores: Tensor, degree: int,
-              nodes: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None, Tensor, Tensor | None]:
+    def layer(self, scores: Tensor, degree: int, nodes: Tensor | None = None) -> tuple:
         """Samples one layer, `degree` neighbours weighted by `scores` [E], for `nodes` (default all).
 
         Returns:
             Global neighbour ids, edge types, SPD buckets (None without `edge_spd`), mask and feature codes
-            (None without `edge_attr`), each [Q, deg].
+            (None without `edge_attr`), each [Q, deg]; and the continuous features [Q, deg, Fe] (None without
+            `edge_features`).
         """
         edges, mask = sample_neighbours(self.ptr, scores, degree, nodes=nodes, method=self.method,
                                         generator=self.generator)
@@ -135,7 +137,8 @@ class LayerSampler:
         # int64 per slot, whatever the graph holds (a compact graph's int32 / int8 / int16): slots are few
         spd = self.edge_spd[safe_edges].long() if self.edge_spd is not None else None  # [Q, deg]
         attr = self.edge_attr[safe_edges].long() if self.edge_attr is not None else None  # [Q, deg]
-        return self.edge_index[0][safe_edges].long(), self.edge_type[safe_edges].long(), spd, mask, attr
+        features = self.edge_features[safe_edges] if self.edge_features is not None else None  # [Q, deg, Fe]
+        return self.edge_index[0][safe_edges].long(), self.edge_type[safe_edges].long(), spd, mask, attr, features
 
     def full(self) -> list[SampledLayer | FullLayer]:
         """Every layer's graph for all nodes at once (full-graph training and inference)."""
@@ -144,13 +147,13 @@ class LayerSampler:
                 spd = self.edge_spd.long() if self.edge_spd is not None else None
                 attr = self.edge_attr.long() if self.edge_attr is not None else None
                 self._full_layer = FullLayer(self.edge_index.long(), self.edge_type.long(), self.ptr.diff(), spd,
-                                             self.propagation, attr)
+                                             self.propagation, attr, self.edge_features)
             return [self._full_layer] * len(self.degrees)
         all_nodes = torch.arange(self.ptr.numel() - 1, device=self.edge_index.device)
         layers: list[SampledLayer | FullLayer] = []
         for scores, degree in zip(self.layer_scores, self.degrees):
-            neighbours, types, spd, mask, attr = self.layer(scores, degree)
-            layers.append(SampledLayer(all_nodes, neighbours, types, mask, spd, self.propagation, attr))
+            neighbours, types, spd, mask, attr, features = self.layer(scores, degree)
+            layers.append(SampledLayer(all_nodes, neighbours, types, mask, spd, self.propagation, attr, features))
         return layers
 
     def closed_batch(self, nodes: Tensor) -> list[SampledLayer]:
@@ -163,10 +166,10 @@ class LayerSampler:
         queries = torch.arange(nodes.numel(), device=nodes.device)
         layers = []
         for scores, degree in zip(self.layer_scores, self.degrees):
-            neighbours, types, spd, mask, attr = self.layer(scores, degree, nodes=nodes)
+            neighbours, types, spd, mask, attr, features = self.layer(scores, degree, nodes=nodes)
             local = torch.searchsorted(nodes, neighbours)  # [n, deg]
             local = torch.where(mask, local, queries.unsqueeze(1))  # masked slots point at the query itself
-            layers.append(SampledLayer(queries, local, types, mask, spd, None, attr))
+            layers.append(SampledLayer(queries, local, types, mask, spd, None, attr, features))
         return layers
 
     def batch(self, targets: Tensor) -> tuple[Tensor, list[SampledLayer]]:
@@ -187,8 +190,8 @@ class LayerSampler:
         layers: list[SampledLayer] = []
         # By index: reversed() on a tensor is flip(0), a copy of every layer's scores for every batch.
         for layer in reversed(range(len(self.degrees))):
-            neighbours, types, spd, mask, attr = self.layer(self.layer_scores[layer], self.degrees[layer],
-                                                            nodes=needed)
+            neighbours, types, spd, mask, attr, features = self.layer(self.layer_scores[layer],
+                                                                      self.degrees[layer], nodes=needed)
             # Masked slots point at the query itself, so every id below is in the layer's node set.
             neighbours = torch.where(mask, neighbours, needed.unsqueeze(1))  # [Q, deg]
             reached = self.propagation.neighbours[needed] if self.propagation is not None else None  # [Q, k]
@@ -204,6 +207,7 @@ class LayerSampler:
                 propagation=None if reached is None else PropagationRows(
                     torch.searchsorted(inputs, reached), self.propagation.weights[needed]),  # [Q, k] each
                 neighbour_attr=attr,
+                neighbour_features=features,
             ))
             needed = inputs
         layers.reverse()

@@ -107,7 +107,8 @@ class GraphSetTraining(WideNetworkTraining):
         in_degree = (sampler.ptr[nodes + 1] - sampler.ptr[nodes]).long()
         spd = sampler.edge_spd[edges].long() if sampler.edge_spd is not None else None
         attr = sampler.edge_attr[edges].long() if sampler.edge_attr is not None else None
-        return FullLayer(edge_index, sampler.edge_type[edges].long(), in_degree, spd, None, attr)
+        features = sampler.edge_features[edges] if sampler.edge_features is not None else None
+        return FullLayer(edge_index, sampler.edge_type[edges].long(), in_degree, spd, None, attr, features)
 
     def loss_sum(self, graphs: torch.Tensor, network: nn.Module) -> torch.Tensor:
         """The summed loss of one batch of graphs through `network` (a rank's share of a global batch)."""

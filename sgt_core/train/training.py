@@ -156,12 +156,15 @@ def network_parts(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor
                                    GRAPH_EDGE_TYPE if reads_degrees else None).to(device)
     edge_spd = graph.edge_spd.to(device) if graph.num_spd_buckets else None
     edge_attr = graph.edge_attr.to(device) if graph.num_edge_attr_codes else None
+    # continuous edge features only where the graph has them: nothing changes for the others
+    edge_features = graph.edge_features.to(device) if graph.edge_features.shape[1] else None
     generator = torch.Generator(device=device).manual_seed(cfg["seed"])
     if propagation is not None:  # the gcn branch's K steps as top-k rows, for every layer
         propagation = propagation.to(device)
     sampler = LayerSampler(graph.edge_index.to(device), graph.edge_type.to(device), graph.ptr.to(device),
                            layer_scores.to(device), degrees=network.degrees, method=sampling.method,
-                           generator=generator, edge_spd=edge_spd, propagation=propagation, edge_attr=edge_attr)
+                           generator=generator, edge_spd=edge_spd, propagation=propagation, edge_attr=edge_attr,
+                           edge_features=edge_features)
     # The graph's sizes (features, classes, edge types, node kinds, SPD, LPE and tokens) and the group's; a
     # node task has no readout, whatever the group says.
     arguments = {**network.network_arguments(), "readout": network.readout if graph.graph_level else None}
