@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 
 import numpy as np
 
@@ -174,7 +175,11 @@ def _class_counts(colour: np.ndarray) -> np.ndarray:
 
 
 def dfs_adjacency_encodings(
-    substructures: Substructures, edge_index: np.ndarray, num_nodes: int, max_size: int
+    substructures: Substructures,
+    edge_index: np.ndarray,
+    num_nodes: int,
+    max_size: int,
+    adjacent: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
 ) -> np.ndarray:
     """DFS-ordered induced adjacency of every instance, padded and flattened (DeepGraph Appendix E).
 
@@ -187,6 +192,8 @@ def dfs_adjacency_encodings(
         edge_index: int [2, E] graph edges (symmetrised; loops and repeats ignored).
         num_nodes: number of graph nodes n.
         max_size: side of the padded matrix.
+        adjacent: whether node pairs (two int arrays of one shape) are adjacent, when the caller has a faster
+            lookup than the sorted keys of `edge_index` (which are then not built).
 
     Returns:
         float32 [S, max_size * max_size].
@@ -195,7 +202,16 @@ def dfs_adjacency_encodings(
     max_size = operator.index(max_size)
     if max_size < 1:
         raise ConfigError(f"max_size must be >= 1; got {max_size}")
-    keys = _edge_keys(edge_index, n, "dfs_adjacency_encodings")
+    if adjacent is None:
+        keys = _edge_keys(edge_index, n, "dfs_adjacency_encodings")
+
+        def adjacent(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+            if keys.size == 0:
+                return np.zeros(u.shape, dtype=bool)
+            query = u * n + v
+            pos = np.minimum(np.searchsorted(keys, query), keys.size - 1)
+            return keys[pos] == query
+
     num_subs = len(substructures)
     out = np.zeros((num_subs, max_size, max_size), dtype=np.float32)  # [S, K, K]
     sizes = substructures.sizes
@@ -205,7 +221,7 @@ def dfs_adjacency_encodings(
             f"dfs_adjacency_encodings: member ids lie in [{int(members_all.min())}, "
             f"{int(members_all.max())}], outside [0, {n})"
         )
-    # Batch instances of equal size: induced adjacency by looking every member pair up in `keys`, then the
+    # Batch instances of equal size: induced adjacency by looking every member pair up, then the
     # DFS orders of the whole batch at once (`dfs_orders`, the same orders as `dfs_order` one by one).
     for size in np.unique(sizes).tolist():
         if size == 0:
@@ -215,12 +231,7 @@ def dfs_adjacency_encodings(
             part = which[start : start + _BATCH]
             flat = substructures.ptr[part][:, None] + np.arange(size)  # [B, size]
             mem = members_all[flat]  # [B, size] ascending per row
-            query = mem[:, :, None] * n + mem[:, None, :]  # [B, size, size]
-            if keys.size:
-                pos = np.minimum(np.searchsorted(keys, query), keys.size - 1)
-                dense = keys[pos] == query  # [B, size, size]
-            else:
-                dense = np.zeros(query.shape, dtype=bool)
+            dense = adjacent(*np.broadcast_arrays(mem[:, :, None], mem[:, None, :]))  # [B, size, size]
             keep = min(size, max_size)
             order = dfs_orders(dense)[:, :keep]  # [B, keep] local ids in visiting order
             rows = np.take_along_axis(dense, order[:, :, None], axis=1)  # [B, keep, size]
