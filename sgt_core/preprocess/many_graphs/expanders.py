@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 _MAX_REPAIR_ROUNDS = 100
 # Random swap partners scored per clash during repair.
 _REPAIR_CANDIDATES = 16
+# Clashes of one unit repaired per round, at most about n / _CLASH_SPACING of them: more would mostly overlap
+# (each swap claims six positions) and be thrown away after being scored.
+_CLASH_SPACING = 12
 # Entries sum(n^2) of the per-pair bitmaps of one chunk of units (bool, two of them).
 _BITMAP_ENTRIES = 1 << 25
 _BIG = np.iinfo(np.int64).max // 4
@@ -132,9 +135,10 @@ def expanders_per_unit(
     over = np.zeros(num_units, dtype=bool)
     tries = np.zeros(num_units, dtype=np.int64)
     edge_unit = unit_of[src]  # [E]
-    edge_order = np.argsort(edge_unit, kind="stable")
     edge_ptr = np.concatenate([[0], np.cumsum(np.bincount(edge_unit, minlength=num_units))])  # [U+1]
-    local_edges = local[edge_index[:, edge_order]]  # [2, E] grouped by unit
+    if edge_unit.size > 1 and bool(np.any(edge_unit[1:] < edge_unit[:-1])):  # graphs' edges come grouped
+        edge_index = edge_index[:, np.argsort(edge_unit, kind="stable")]
+    local_edges = local[edge_index]  # [2, E] grouped by unit
     parts_src, parts_dst = [], []
 
     large = np.flatnonzero(sizes > layout.DENSE_MAX_NODES)
@@ -317,11 +321,16 @@ def _repair(maps: _Bitmaps, units: np.ndarray, order: np.ndarray, unit_of: np.nd
         return maps.taken[base[unit] + a * sizes[unit] + b]
 
     clash = clashes(unit_of, order, order[nxt])  # [T] edge j = (order[j], order[nxt[j]])
+    per_round = np.maximum(4, sizes // _CLASH_SPACING)  # [A] clashes a unit repairs per round
     for _ in range(_MAX_REPAIR_ROUNDS):
         i = np.flatnonzero(clash)  # [K]
         if i.size == 0:
             break
         unit = unit_of[i]  # [K]
+        count = np.bincount(unit, minlength=units.size)  # [A]
+        if np.any(count > per_round):  # a random share of a crowded unit's clashes (the rest wait a round)
+            chosen = generator.random(i.size) < (per_round / np.maximum(count, 1))[unit]
+            i, unit = i[chosen], unit[chosen]
         p = nxt[i]
         n = sizes[unit][:, None]  # [K, 1]
         r = starts[unit][:, None] + (generator.random((i.size, _REPAIR_CANDIDATES)) * n).astype(np.int64)  # [K, C]
@@ -353,18 +362,23 @@ def _repair(maps: _Bitmaps, units: np.ndarray, order: np.ndarray, unit_of: np.nd
 
 def _second_eigenvalues(maps: _Bitmaps, units: np.ndarray, degree: np.ndarray) -> np.ndarray:
     """Second-largest |adjacency eigenvalue| of each unit's drawn expander (exact, batched `eigvalsh` per
-    size); NaN for degree 2 (a cycle: |eigenvalues| <= 2 < the bound, always accepted)."""
+    size, the batches side by side on the cores); NaN for degree 2 (a cycle: |eigenvalues| <= 2 < the bound,
+    always accepted)."""
     value = np.full(units.size, np.nan)
     checked = np.flatnonzero(degree > 2)
     sizes = maps.sizes[units[checked]]
+    batches = []
     for n in np.unique(sizes).tolist():
         same = checked[sizes == n]
         step = max(1, layout.BLOCK_ENTRIES // (n * n))
-        for start in range(0, same.size, step):
-            part = same[start : start + step]
-            region = maps.region(units[part])
-            expander = (maps.taken[region] & ~maps.static[region]).reshape(part.size, n, n)  # [B, n, n]
-            with layout.one_lapack_thread():
-                magnitudes = torch.linalg.eigvalsh(torch.from_numpy(expander).double()).abs()  # [B, n]
-            value[part] = magnitudes.sort(dim=1).values[:, -2].numpy()
+        batches += [(n, same[start : start + step]) for start in range(0, same.size, step)]
+
+    def solve(batch: tuple[int, np.ndarray]) -> None:
+        n, part = batch
+        region = maps.region(units[part])
+        expander = (maps.taken[region] & ~maps.static[region]).reshape(part.size, n, n)  # [B, n, n]
+        magnitudes = torch.linalg.eigvalsh(torch.from_numpy(expander).double()).abs()  # [B, n]
+        value[part] = magnitudes.sort(dim=1).values[:, -2].numpy()  # the parts are disjoint
+
+    layout.solve_in_threads(solve, batches)
     return value

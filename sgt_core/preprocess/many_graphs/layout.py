@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
@@ -13,7 +14,7 @@ import torch
 from sgt_core.errors import DatasetError
 from sgt_core.preprocess.adjacency import segment_positions
 
-__all__ = ["BLOCK_ENTRIES", "DENSE_MAX_NODES", "GraphSet", "one_lapack_thread"]
+__all__ = ["BLOCK_ENTRIES", "DENSE_MAX_NODES", "GraphSet", "one_lapack_thread", "solve_in_threads"]
 
 # Graphs up to this many nodes are handled as stacked dense [B, n, n] blocks (distances, eigendecompositions,
 # expander draws); larger ones, rare in datasets of many graphs, go through the one-graph (sparse) code.
@@ -139,3 +140,16 @@ def one_lapack_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def solve_in_threads(function: Callable, items: Iterable) -> list:
+    """`function` over `items` (dense batches to eigendecompose) on as many Python threads as torch has, each
+    LAPACK call on one thread (`one_lapack_thread`): LAPACK releases the GIL, so the batches run side by side
+    on the cores instead of each being split across them. Results in the items' order."""
+    items = list(items)
+    workers = min(torch.get_num_threads(), len(items))
+    with one_lapack_thread():
+        if workers <= 1:
+            return [function(item) for item in items]
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sgt-lapack") as pool:
+            return list(pool.map(function, items))
