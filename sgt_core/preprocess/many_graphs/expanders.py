@@ -208,10 +208,11 @@ class _Bitmaps:
         self.base = np.concatenate([[0], np.cumsum(squares)[:-1]]).astype(np.int64)  # [K]
         self.static = np.zeros(int(squares.sum()), dtype=bool)
         counts = edge_ptr[units + 1] - edge_ptr[units]
-        positions = segment_positions(edge_ptr[units], counts)
-        row = np.repeat(np.arange(units.size), counts)
-        a, b = local_edges[:, positions]
-        self.static[self.base[row] + a * self.sizes[row] + b] = True
+        if units.size and units[-1] - units[0] + 1 == units.size:  # consecutive units: one slice of edges
+            a, b = local_edges[:, edge_ptr[units[0]] : edge_ptr[units[-1] + 1]]
+        else:
+            a, b = local_edges[:, segment_positions(edge_ptr[units], counts)]
+        self.static[np.repeat(self.base, counts) + a * np.repeat(self.sizes, counts) + b] = True
         diagonal_row = np.repeat(np.arange(units.size), self.sizes)
         diagonal = segment_positions(np.zeros(units.size, dtype=np.int64), self.sizes)  # 0..n-1 per unit
         self.static[self.base[diagonal_row] + diagonal * (self.sizes[diagonal_row] + 1)] = True
@@ -311,7 +312,8 @@ def _repair(maps: _Bitmaps, units: np.ndarray, order: np.ndarray, unit_of: np.nd
     applied together (each claims i, p, p's successor, r and r's neighbours; the lowest of a random priority
     wins), and only the changed edges are re-checked. Candidates r in {i, p, nxt[p]} are skipped: for the others
     the four changed edges are distinct, (o[i], o[r]), (o[r], o[nxt p]), (o[prv r], o[p]) and (o[p], o[nxt r]),
-    replacing edges i, p, prv r and r, whose clashes are already known.
+    replacing edges i, p, prv r and r, whose clashes are already known. A round costs O(its clashes), not
+    O(positions): the clashing positions are kept as a list, and the claims array is reset where it was used.
     """
     sizes = maps.sizes[units]
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
@@ -321,12 +323,15 @@ def _repair(maps: _Bitmaps, units: np.ndarray, order: np.ndarray, unit_of: np.nd
         return maps.taken[base[unit] + a * sizes[unit] + b]
 
     clash = clashes(unit_of, order, order[nxt])  # [T] edge j = (order[j], order[nxt[j]])
+    pending = np.flatnonzero(clash)  # [K] the clashing positions
     per_round = np.maximum(4, sizes // _CLASH_SPACING)  # [A] clashes a unit repairs per round
+    free = np.iinfo(np.int64).max
+    owner = np.full(order.size, free, dtype=np.int64)  # claims of the round's proposals, reset after each
+    rechecked = np.zeros(order.size, dtype=bool)  # marks the round's re-checked positions, reset after each
     for _ in range(_MAX_REPAIR_ROUNDS):
-        i = np.flatnonzero(clash)  # [K]
-        if i.size == 0:
+        if pending.size == 0:
             break
-        unit = unit_of[i]  # [K]
+        i, unit = pending, unit_of[pending]  # [K]
         count = np.bincount(unit, minlength=units.size)  # [A]
         if np.any(count > per_round):  # a random share of a crowded unit's clashes (the rest wait a round)
             chosen = generator.random(i.size) < (per_round / np.maximum(count, 1))[unit]
@@ -349,14 +354,18 @@ def _repair(maps: _Bitmaps, units: np.ndarray, order: np.ndarray, unit_of: np.nd
         # Non-overlapping proposals only: each claims the positions whose entries or edges it changes.
         claims = np.stack([i, p, nxt[p], prv[best], best, nxt[best]], axis=1)  # [K', 6]
         priority = generator.permutation(i.size)
-        owner = np.full(order.size, i.size, dtype=np.int64)
         np.minimum.at(owner, claims.ravel(), np.repeat(priority, 6))
         accept = (owner[claims] == priority[:, None]).all(axis=1)
+        owner[claims.ravel()] = free
         i, p, best = i[accept], p[accept], best[accept]
         order[p], order[best] = order[best], order[p]
         recheck = np.concatenate([i, p, prv[best], best])  # distinct: the claims are disjoint
         clash[recheck] = clashes(unit_of[recheck], order[recheck], order[nxt[recheck]])
-    remaining = np.bincount(unit_of[clash], minlength=units.size)
+        # the clashes now: the re-checked edges that clash, and the pending ones no swap changed
+        rechecked[recheck] = True
+        pending = np.concatenate([pending[~rechecked[pending]], recheck[clash[recheck]]])
+        rechecked[recheck] = False
+    remaining = np.bincount(unit_of[pending], minlength=units.size)
     return remaining == 0
 
 
