@@ -21,6 +21,10 @@ _TYPE_ID = {name: i for i, name in enumerate(SUBSTRUCTURE_TYPES)}
 # extensions (thinned before the lookups) to fill that beam with valid ones.
 _BEAM = 4
 _OVERSAMPLE = 4
+# ... and at least this many, so that a small cap still lets long cycles be reached.
+_BEAM_MIN = 32
+# Random keys drawn at once for the neighbour subsets of crowded 2-hop instances (`_hop2`).
+_KEY_ENTRIES = 1 << 24
 # Seed of the fixed multipliers of the node-set hash (`_distinct_sets`): not a random choice of the run.
 _HASH_SEED = 0
 # Pair lookups go through per-graph n x n bitmaps while their entries (sum of n^2) stay below this.
@@ -72,8 +76,9 @@ def match_substructures_per_graph(
     Caps apply per graph: ``types[name]`` is the most instances of that type one graph keeps (None: all of
     them), so the first graphs never use up a shared budget and starve the later ones. The geometric types
     are found by extending partial instances level by level for all graphs at once (cycles and paths from the
-    same partial induced paths, each found once: a cycle from its lowest node towards its smaller neighbour,
-    a path from its lower end; stars as ascending leaf subsets of the centre's neighbours). A family with an
+    same partial induced paths, each kept once: found canonically while a graph's search is exhaustive, a
+    cycle from its lowest node towards its smaller neighbour and a path from its lower end, deduplicated once
+    it is thinned; stars as ascending leaf subsets of the centre's neighbours). A family with an
     uncapped size is enumerated exhaustively, as DeepGraph's matcher does (molecules have few instances). In
     a capped family each graph keeps about `_BEAM` times the family's largest cap of partial instances per
     level (a random thinning), and a type with more instances than its cap in a graph keeps a uniformly
@@ -98,7 +103,7 @@ def match_substructures_per_graph(
     order = np.lexsort((dst, src)) if src.size > 1 and bool(np.any(np.diff(src) < 0)) else slice(None)
     indptr = np.concatenate([[0], np.cumsum(np.bincount(src, minlength=graphs.num_nodes))]).astype(np.int64)
     indices = dst[order].astype(np.int64)
-    found: dict[str, list[np.ndarray]] = {}  # type -> member rows [m, k], ascending per row
+    found: dict[str, np.ndarray] = {}  # type -> member rows [m, k], ascending per row
 
     wanted = {name: cap for name, cap in caps.items() if cap != 0}
     path_caps = {k: wanted[f"path_{k}"] for k in PATH_SIZES if f"path_{k}" in wanted}
@@ -152,32 +157,39 @@ def _hop2(indptr: np.ndarray, indices: np.ndarray, starts: np.ndarray, max_size:
 
     A start with max_size - 1 or more neighbours keeps itself and a uniformly random subset of max_size - 1
     neighbours (what `hop2_members` keeps then: 2-hop nodes only fill what the 1-hop ones leave), so on dense
-    graphs its O(degree^2) 2-hop expansion is skipped.
+    graphs its O(degree^2) 2-hop expansion is skipped; the subset is a row-wise partition of random keys.
     """
     degree = np.diff(indptr)[starts]
     full = degree >= max_size - 1
-    rows_parts, nodes_parts = [], []
+    sizes = np.where(full, max_size, 0)  # [S] members per start (the others' come from hop2_members)
+    parts = []
     if (~full).any():
         rows, nodes = hop2_members(indptr, indices, starts[~full], max_size, generator)
-        rows_parts.append(np.flatnonzero(~full)[rows])
-        nodes_parts.append(nodes)
-    if full.any():
-        centre = starts[full]  # [F]
-        row = np.repeat(np.flatnonzero(full), degree[full])  # [sum of degrees]
-        neighbour = indices[segment_positions(indptr[centre], degree[full])]
-        order = np.argsort(row + generator.random(row.size))  # by row, random inside (one float key)
-        rank = np.arange(row.size) - np.searchsorted(row[order], row[order])
-        chosen = order[rank < max_size - 1]
-        rows_parts += [np.flatnonzero(full), row[chosen]]
-        nodes_parts += [centre, neighbour[chosen]]
-    rows, nodes = np.concatenate(rows_parts), np.concatenate(nodes_parts)
-    order = np.argsort(rows * max(int(indptr.size), 1) + nodes)  # by row, members ascending
-    return rows[order], nodes[order]
+        sizes[~full] = np.bincount(rows, minlength=int((~full).sum()))
+        parts.append((np.flatnonzero(~full), nodes))
+    crowded = np.flatnonzero(full)
+    crowded = crowded[np.argsort(degree[crowded], kind="stable")]  # by degree: chunks of similar widths
+    while crowded.size:
+        # a chunk's [B, d_max] keys stay within _KEY_ENTRIES (a hub's row alone if it must)
+        width = np.maximum.accumulate(degree[crowded])
+        take = max(1, int(np.searchsorted(np.arange(1, crowded.size + 1) * width, _KEY_ENTRIES, side="right")))
+        which, crowded = crowded[:take], crowded[take:]
+        centre, count = starts[which], degree[which]  # [B]
+        keys = generator.random((which.size, int(count.max())))  # [B, d_max] a random key per neighbour slot
+        keys[np.arange(keys.shape[1]) >= count[:, None]] = np.inf  # past the row's neighbours
+        slot = np.argpartition(keys, max_size - 2, axis=1)[:, : max_size - 1]  # [B, max_size - 1] smallest keys
+        members = np.concatenate([centre[:, None], indices[indptr[centre][:, None] + slot]], axis=1)
+        parts.append((which, np.sort(members, axis=1).ravel()))
+    offsets = np.concatenate([[0], np.cumsum(sizes)])  # rows in start order, members ascending in each
+    nodes = np.empty(int(offsets[-1]), dtype=np.int64)
+    for which, flat in parts:
+        nodes[segment_positions(offsets[which], sizes[which])] = flat
+    return np.repeat(np.arange(starts.size), sizes), nodes
 
 
 def _beam(caps: list[int | None]) -> int | None:
     """Partial instances a graph keeps per level of a family: None (all) when a size is uncapped."""
-    return None if any(cap is None for cap in caps) else _BEAM * max(caps)
+    return None if any(cap is None for cap in caps) else max(_BEAM * max(caps), _BEAM_MIN)
 
 
 def _thin(graph: np.ndarray, beam: int | None, num_graphs: int,
@@ -189,6 +201,25 @@ def _thin(graph: np.ndarray, beam: int | None, num_graphs: int,
         return np.arange(graph.size), np.zeros(num_graphs, dtype=bool)
     keep_probability = np.minimum(1.0, beam / np.maximum(count, 1))[graph]
     return np.flatnonzero(generator.random(graph.size) < keep_probability), count > beam
+
+
+def _first_edges(graphs: GraphSet, indptr: np.ndarray, beam: int | None,
+                 generator: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The first level of a search, (node, CSR slot) per edge: every edge of a graph with at most `beam` of
+    them, else about `beam` random distinct ones, drawn without touching the graph's other edges (a dense
+    graph's millions of edges are never listed). Also which graphs were thinned: bool [G]."""
+    first = indptr[graphs.ptr]  # [G+1] each graph's slots are first[g]:first[g+1]
+    count = np.diff(first)
+    thinned = np.zeros(graphs.num_graphs, dtype=bool) if beam is None else count > beam
+    exact = np.flatnonzero(~thinned)
+    slots = [segment_positions(first[exact], count[exact])]
+    if thinned.any():
+        crowded = np.flatnonzero(thinned)
+        picks = first[crowded][:, None] + (generator.random((crowded.size, beam)) * count[crowded][:, None]).astype(
+            np.int64)  # [C, beam] with repeats
+        slots.append(np.unique(picks))
+    slot = np.sort(np.concatenate(slots))
+    return np.searchsorted(indptr, slot, side="right") - 1, slot, thinned
 
 
 def _expand(last: np.ndarray, indptr: np.ndarray, indices: np.ndarray, after: np.ndarray | None = None):
@@ -227,11 +258,16 @@ def _paths_and_cycles(graphs: GraphSet, indptr: np.ndarray, indices: np.ndarray,
             out[name].append(np.unique(rows[sampled], axis=0))
 
     for length in range(1, longest + 1):
-        row, slot = _expand(partial[:, -1], indptr, indices)
-        kept, over = _thin(graphs.node_graph[partial[row, 0]], None if beam is None else _OVERSAMPLE * beam,
-                           graphs.num_graphs, generator)
-        thinned |= over
-        row, w = row[kept], indices[slot[kept]]
+        if length == 1:  # the partial paths are the nodes themselves (row v is node v)
+            row, slot, thinned = _first_edges(graphs, indptr, None if beam is None else _OVERSAMPLE * beam,
+                                              generator)
+        else:
+            row, slot = _expand(partial[:, -1], indptr, indices)
+            kept, over = _thin(graphs.node_graph[partial[row, 0]], None if beam is None else _OVERSAMPLE * beam,
+                               graphs.num_graphs, generator)
+            thinned |= over
+            row, slot = row[kept], slot[kept]
+        w = indices[slot]
         base = partial[row]  # [M', L]
         fresh = ~(base == w[:, None]).any(axis=1)
         base, w, row = base[fresh], w[fresh], row[fresh]
@@ -262,11 +298,10 @@ def _paths_and_cycles(graphs: GraphSet, indptr: np.ndarray, indices: np.ndarray,
 def _stars(graphs: GraphSet, indptr: np.ndarray, indices: np.ndarray, adjacent: PairLookup, star_caps: dict,
            beam: int | None, generator: np.random.Generator) -> dict[str, np.ndarray]:
     """Induced stars: a centre and k pairwise non-adjacent neighbours, leaves taken in CSR order (each once)."""
-    centre_of_slot = np.repeat(np.arange(graphs.num_nodes, dtype=np.int64), np.diff(indptr))
-    slot = np.flatnonzero(slot_after := indptr[centre_of_slot + 1] - np.arange(indices.size) - 1)  # a leaf follows
-    del slot_after
-    kept, _ = _thin(graphs.node_graph[centre_of_slot[slot]], beam, graphs.num_graphs, generator)
-    centre, last = centre_of_slot[slot[kept]], slot[kept]  # [M] one leaf so far, at CSR slot `last`
+    # [M] one leaf so far, at CSR slot `last` (twice the beam drawn: about half the slots have no later one)
+    centre, last, _ = _first_edges(graphs, indptr, None if beam is None else 2 * beam, generator)
+    followed = last + 1 < indptr[centre + 1]  # another leaf can follow in the centre's list
+    centre, last = centre[followed], last[followed]
     leaves = indices[last][:, None]  # [M, 1]
     out: dict[str, np.ndarray] = {}
     for count in range(2, max(star_caps) + 1):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from sgt_core.preprocess.interaction_graph import SUBSTRUCTURE_TYPES
+from sgt_core.preprocess.many_graphs import substructure_matching as matching_module
 from sgt_core.preprocess.many_graphs.substructure_coverage import coverage_balanced_sample_per_graph
 from sgt_core.preprocess.many_graphs.substructure_matching import match_substructures_per_graph
 from sgt_core.preprocess.substructures.matching import match_substructures
@@ -116,7 +117,9 @@ def _replay_rule(subs, picks, candidates, lo, hi, threshold):
         coverage[subs.instance(pick) - lo] += 1
 
 
-def test_hop2_of_a_node_whose_neighbours_fill_it():
+@pytest.mark.parametrize("key_entries", [1 << 24, 50])  # 50: the crowded starts in chunks of a few rows
+def test_hop2_of_a_node_whose_neighbours_fill_it(key_entries, monkeypatch):
+    monkeypatch.setattr(matching_module, "_KEY_ENTRIES", key_entries)
     graphs = graph_set_of(random_graph_set(30, seed=6, min_nodes=10, max_nodes=30, kinds=("dense",)))
     subs, _ = match_substructures_per_graph(graphs, types={"hop2": None}, generator=np.random.default_rng(2),
                                             hop2_max_size=5)
