@@ -67,7 +67,7 @@ class SubstructureTokens:
             members=self.selection.members,
             ptr=self.selection.ptr,
             type_id=self.selection.type_id,
-            adjacency=self.adjacency,
+            adjacency=self.adjacency.astype(np.uint8),  # 0/1: a quarter of float32's bytes to compress
             candidate_counts=np.array([self.candidate_counts.get(n, 0) for n in SUBSTRUCTURE_TYPES]),
             type_names=np.array(SUBSTRUCTURE_TYPES),
         )
@@ -77,7 +77,7 @@ class SubstructureTokens:
         with np.load(path) as data:
             selection = Substructures(members=data["members"], ptr=data["ptr"], type_id=data["type_id"])
             counts = dict(zip(data["type_names"].tolist(), data["candidate_counts"].tolist()))
-            return cls(selection=selection, adjacency=data["adjacency"], candidate_counts=counts)
+            return cls(selection=selection, adjacency=data["adjacency"].astype(np.float32), candidate_counts=counts)
 
 
 def sample_substructure_tokens(
