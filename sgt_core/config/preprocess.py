@@ -52,7 +52,8 @@ class ExpanderConfig(Section):
         ramanujan_slack: redraw while the second-largest |eigenvalue| exceeds 2*sqrt(d-1) + slack.
         max_tries: expanders drawn before giving up.
         spectral_check_steps: Lanczos steps of that check on graphs above 64 nodes.
-        per_component: one expander inside each connected component instead of one across all nodes.
+        per_component: one expander inside each connected component instead of one across all nodes (on a
+            dataset of many graphs there is one per graph anyway; this splits each graph's by component).
     """
 
     PATH = "preprocess.expander"
@@ -103,7 +104,8 @@ class SubstructuresConfig(Section):
         enabled: add one token node per sampled substructure.
         threshold: coverage target: sample until every node lies in `threshold` tokens, or none is left.
         max_size: side s of the padded DFS adjacency matrix (larger instances keep their first s DFS nodes).
-        types: type name -> cap (most candidates matched); 0 or absent switches a type off, None keeps all.
+        types: type name -> cap (most candidates matched, per graph on a dataset of many graphs); 0 or absent
+            switches a type off, None keeps all.
         max_nodes: larger graphs are refused (`preprocess.stage.check_size_limits`); None: no limit.
     """
 

@@ -59,7 +59,8 @@ class InteractionGraph:
     """A graph's nodes plus the typed attention edges between them; for a dataset of many graphs, the
     disjoint union of each graph's own interaction graph, no edge joining two graphs.
 
-    Node order: the input graph's nodes (graph by graph), then virtual nodes, then substructure tokens.
+    Node order: the input graph's nodes (graph by graph), then virtual nodes (each graph's own, graph by
+    graph), then substructure tokens (graph by graph).
 
     Targets are one per node for node tasks and one per graph for graph tasks (`task`); the split masks
     are over the same targets.

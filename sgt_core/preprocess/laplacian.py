@@ -43,7 +43,7 @@ _LANCZOS_TOL = 1e-8
 _LANCZOS_NCV = 128
 _EXTRA_PAIRS = 8
 # Entries this close to an eigenvector's largest magnitude count as tied for the sign convention.
-_SIGN_TIE_TOL = 1e-6
+SIGN_TIE_TOL = 1e-6
 # Seed of the fixed ARPACK start vector (determinism).
 _V0_SEED = 0
 
@@ -99,7 +99,7 @@ def laplacian_eigenpairs(
         # Sign convention: the first entry whose magnitude ties the largest (within a tolerance, since
         # symmetric graphs give exact ties that round-off would otherwise break arbitrarily) is positive.
         magnitude = np.abs(vectors)  # [n, r]
-        first = np.argmax(magnitude >= magnitude.max(axis=0) - _SIGN_TIE_TOL, axis=0)  # [r]
+        first = np.argmax(magnitude >= magnitude.max(axis=0) - SIGN_TIE_TOL, axis=0)  # [r]
         peak = vectors[first, np.arange(r)]  # [r]
         vectors = vectors * np.where(peak < 0, -1.0, 1.0)
 

@@ -28,13 +28,24 @@ log = logging.getLogger(__name__)
 # `max_nodes` refuses larger graphs (checked by `check_size_limits` before any long work).
 SIZE_LIMITED = {
     "anchors": "one BFS per anchor, and the anchors grow with the graph",
-    "substructures": "coverage sampling costs O(tokens * nodes) and tokens are encoded one by one",
+    "substructures": "coverage sampling costs O(tokens * nodes) on one graph",
     "lpe": "ARPACK's Laplacian eigenpairs cost more than linear time",
 }
 
 
-def check_size_limits(preprocess: PreprocessConfig, num_nodes: int) -> None:
+def limited_size(graph) -> tuple[int, str]:
+    """The size `max_nodes` limits, and what it is: the largest graph's nodes on a dataset of many graphs (the
+    costly components are built graph by graph, so their cost follows the largest graph), else the graph's."""
+    ptr = getattr(graph, "graph_ptr", None)
+    if ptr is not None and ptr.numel() > 2:
+        return int(ptr.diff().max()), "the largest graph of this dataset"
+    return int(graph.num_nodes), "this graph"
+
+
+def check_size_limits(preprocess: PreprocessConfig, num_nodes: int, what: str = "this graph") -> None:
     """Refuses a graph too large for a switched-on component (its `max_nodes`; None: no limit).
+
+    On a dataset of many graphs `num_nodes` is the largest graph's (`limited_size`).
 
     Raises:
         ConfigError: one line naming the component, its limit and why it has one.
@@ -46,7 +57,7 @@ def check_size_limits(preprocess: PreprocessConfig, num_nodes: int) -> None:
             continue
         if num_nodes > limit:
             raise ConfigError(
-                f"preprocess.{name}.enabled: refused on this graph of {num_nodes} nodes, above "
+                f"preprocess.{name}.enabled: refused on {what} of {num_nodes} nodes, above "
                 f"preprocess.{name}.max_nodes={limit} ({reason}); switch it off or raise the limit"
             )
 
@@ -73,6 +84,39 @@ def _graph_statistics(edge_index: torch.Tensor, num_nodes: int, interaction_grap
     }
 
 
+def build_preprocessed(preprocess: PreprocessConfig, graph, seed: int) -> tuple[InteractionGraph, object, dict]:
+    """The stage's building from a loaded graph: substructure tokens (when on), then the interaction graph.
+
+    Returns:
+        (the interaction graph in the stored dtypes, the `SubstructureTokens` or None, {"seconds_substructures"}
+        when tokens were sampled); what `run_preprocess` saves, and what benchmarks/preprocess_graphs.py times.
+    """
+    metrics: dict[str, float] = {}
+    tokens = None
+    if preprocess.substructures.enabled:
+        started = time.perf_counter()
+        log.info("preprocess: sampling substructure tokens")
+        generator = np.random.default_rng([seed, SUBSTRUCTURE_STREAM])
+        ptr = getattr(graph, "graph_ptr", None)
+        tokens = sample_substructure_tokens(
+            graph.edge_index.numpy(), graph.num_nodes, preprocess.substructures, generator,
+            graph_ptr=None if ptr is None else ptr.numpy(),  # many graphs: tokens inside each graph
+        )
+        metrics["seconds_substructures"] = time.perf_counter() - started
+    interaction_graph = build_interaction_graph(
+        graph,
+        self_loops=preprocess.self_loops,
+        expander=preprocess.expander,  # each component's group, read by the builder only when enabled
+        virtual_nodes=preprocess.virtual_nodes,
+        anchors=preprocess.anchors,
+        substructure_tokens=tokens,
+        lpe=preprocess.lpe,
+        seed=seed,
+        compact=True,  # the stored dtypes: a large graph is never held in int64 here
+    )
+    return interaction_graph, tokens, metrics
+
+
 def run_preprocess(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str, float]:
     """Loads and validates the dataset, builds its interaction graph and saves it under `out_dir`.
 
@@ -83,31 +127,10 @@ def run_preprocess(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[st
     log.info("preprocess: loading dataset %s", cfg["dataset"]["name"])
     graph = load_dataset(cfg["dataset"], seed=cfg["seed"])
     log.info("preprocess: %d nodes, %d edges", graph.num_nodes, graph.num_edges)
-    check_size_limits(preprocess, graph.num_nodes)  # before the minutes the expander and tokens may take
-    metrics: dict[str, float] = {}
-
-    tokens = None
-    if preprocess.substructures.enabled:
-        started = time.perf_counter()
-        log.info("preprocess: sampling substructure tokens")
-        generator = np.random.default_rng([cfg["seed"], SUBSTRUCTURE_STREAM])
-        tokens = sample_substructure_tokens(
-            graph.edge_index.numpy(), graph.num_nodes, preprocess.substructures, generator
-        )
+    check_size_limits(preprocess, *limited_size(graph))  # before the minutes the expander and tokens may take
+    interaction_graph, tokens, metrics = build_preprocessed(preprocess, graph, cfg["seed"])
+    if tokens is not None:
         tokens.save(out_dir / SUBSTRUCTURES_FILE)
-        metrics["seconds_substructures"] = time.perf_counter() - started
-
-    interaction_graph = build_interaction_graph(
-        graph,
-        self_loops=preprocess.self_loops,
-        expander=preprocess.expander,  # each component's group, read by the builder only when enabled
-        virtual_nodes=preprocess.virtual_nodes,
-        anchors=preprocess.anchors,
-        substructure_tokens=tokens,
-        lpe=preprocess.lpe,
-        seed=cfg["seed"],
-        compact=True,  # the stored dtypes: a large graph is never held in int64 here
-    )
     interaction_graph.save(out_dir / INTERACTION_GRAPH_FILE)
     # Neighbourhood sizes for the tracking layer's histograms: a few numbers, whatever the graph's size.
     in_degrees = in_degree_histograms(interaction_graph.edge_index, interaction_graph.edge_type,

@@ -14,7 +14,7 @@ from sgt_core.preprocess.adjacency import segment_positions, simple_csr
 from sgt_core.preprocess.interaction_graph import CYCLE_SIZES, PATH_SIZES, STAR_LEAVES, SUBSTRUCTURE_TYPES
 from sgt_core.preprocess.substructures.instances import Substructures
 
-__all__ = ["DEFAULT_SUBSTRUCTURE_CAPS", "match_substructures"]
+__all__ = ["DEFAULT_SUBSTRUCTURE_CAPS", "hop2_members", "match_substructures", "random_walk_members", "validate_caps"]
 
 # The vocabulary (SUBSTRUCTURE_TYPES) lives in the interaction graph's schema, which loads without scipy.
 _TYPE_ID = {name: i for i, name in enumerate(SUBSTRUCTURE_TYPES)}
@@ -241,17 +241,33 @@ def _hop2_neighbourhoods(
     generator: np.random.Generator,
     chunk_entries: int = 4_000_000,
 ) -> list[tuple[int, ...]]:
-    """Sorted node sets: centre, then 1-hop, then 2-hop nodes, at most `max_size` (vectorised, chunked).
+    """Sorted node sets, one per start: `hop2_members` as tuples."""
+    rows, nodes = hop2_members(indptr, indices, starts, max_size, generator, chunk_entries)
+    return _rows_to_tuples(rows, nodes, starts.size)
+
+
+def hop2_members(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    starts: np.ndarray,
+    max_size: int,
+    generator: np.random.Generator,
+    chunk_entries: int = 4_000_000,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each start's 2-hop neighbourhood: centre, then 1-hop, then 2-hop nodes, at most `max_size` (vectorised).
 
     Each candidate gets a priority (centre 0, 1-hop 1 + u, 2-hop 2 + u with u ~ U[0, 1)); a node reached
     both ways keeps its best priority, and each row keeps its `max_size` best: the centre, all 1-hop
-    nodes that fit, then random 2-hop nodes.
+    nodes that fit, then random 2-hop nodes. Starts are processed in chunks of about `chunk_entries` entries.
+
+    Returns:
+        (rows, nodes) int64 [M]: row i's members (ascending) are nodes[rows == i]; rows ascend.
     """
     deg = np.diff(indptr)
     src = np.repeat(np.arange(deg.size, dtype=np.int64), deg)
     # Entries one start produces: itself + its neighbours + their neighbours.
     work = 1 + deg + np.bincount(src, weights=deg[indices], minlength=deg.size).astype(np.int64)
-    out: list[tuple[int, ...]] = []
+    out_rows, out_nodes = [], []
     cum = np.cumsum(work[starts])
     lo = 0
     while lo < starts.size:
@@ -281,9 +297,12 @@ def _hop2_neighbourhoods(
         keep = np.arange(rows.size) - row_start < max_size
         rows, nodes = rows[keep], nodes[keep]
         order = np.lexsort((nodes, rows))
-        out.extend(_rows_to_tuples(rows[order], nodes[order], b))
+        out_rows.append(rows[order] + lo)
+        out_nodes.append(nodes[order])
         lo = hi
-    return out
+    if not out_rows:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    return np.concatenate(out_rows), np.concatenate(out_nodes)
 
 
 def _random_walk_sets(
@@ -293,9 +312,27 @@ def _random_walk_sets(
     steps: int,
     generator: np.random.Generator,
 ) -> list[tuple[int, ...]]:
-    """Sorted node sets visited by one `steps`-step uniform random walk from each start (vectorised)."""
+    """Sorted node sets, one per start: `random_walk_members` as tuples."""
     if indices.size == 0:  # no edges: every walk stays at its start
         return [(int(s),) for s in starts]
+    rows, nodes = random_walk_members(indptr, indices, starts, steps, generator)
+    return _rows_to_tuples(rows, nodes, starts.size)
+
+
+def random_walk_members(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    starts: np.ndarray,
+    steps: int,
+    generator: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct nodes of one `steps`-step uniform random walk from each start (vectorised).
+
+    Returns:
+        (rows, nodes) int64 [M]: row i's members (ascending) are nodes[rows == i]; rows ascend.
+    """
+    if indices.size == 0:  # no edges: every walk stays at its start
+        return np.arange(starts.size, dtype=np.int64), starts.astype(np.int64)
     deg = np.diff(indptr)
     visited = np.empty((starts.size, steps + 1), dtype=np.int64)  # [B, steps + 1]
     cur = starts.astype(np.int64)
@@ -310,7 +347,7 @@ def _random_walk_sets(
     keep = np.ones(visited.shape, dtype=bool)  # [B, steps + 1]
     keep[:, 1:] = visited[:, 1:] != visited[:, :-1]  # first of each run of equal nodes
     rows = np.repeat(np.arange(starts.size, dtype=np.int64), steps + 1).reshape(visited.shape)
-    return _rows_to_tuples(rows[keep], visited[keep], starts.size)
+    return rows[keep], visited[keep]
 
 
 def match_substructures(
@@ -365,7 +402,7 @@ def match_substructures(
         DatasetError: malformed edge_index.
     """
     n = operator.index(num_nodes)
-    caps = _validate_caps(types)
+    caps = validate_caps(types)
     if hop2_max_size < 1 or walk_length < 1:
         raise ConfigError(
             f"hop2_max_size and walk_length must be >= 1; got hop2_max_size={hop2_max_size}, "
@@ -439,7 +476,8 @@ def match_substructures(
     return Substructures(members=members, ptr=ptr, type_id=type_arr[order_by_type])
 
 
-def _validate_caps(types: Mapping[str, int | None]) -> dict[str, int | None]:
+def validate_caps(types: Mapping[str, int | None]) -> dict[str, int | None]:
+    """The caps by type name, checked: known names, each an int >= 0 or None."""
     caps: dict[str, int | None] = {}
     for name, cap in dict(types).items():
         if name not in _TYPE_ID:

@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sgt_core.preprocess.substructures.dfs_encoding import dfs_adjacency_encoding, dfs_adjacency_encodings
+from sgt_core.preprocess.substructures.dfs_encoding import (
+    dfs_adjacency_encoding,
+    dfs_adjacency_encodings,
+    dfs_order,
+    dfs_orders,
+)
 from sgt_core.preprocess.substructures.instances import Substructures
 from tests.preprocess.substructures.graphs import both_ways, grid, path
 
@@ -67,3 +72,30 @@ def test_dfs_batch_matches_single_and_truncates():
         np.testing.assert_array_equal(batch[i], dfs_adjacency_encoding(subs.instance(i), edge_index, 6))
     assert batch[0].reshape(6, 6)[:4, :4].sum() == 12  # a king-grid 2x2 block is a K4
     assert batch[1].reshape(6, 6).sum() > 0 and batch[2].sum() == 0
+
+
+def test_batched_orders_equal_the_one_by_one_order():
+    rng = np.random.default_rng(0)
+    for size in range(1, 23):  # past 16 the signatures take more than two integer keys
+        for density in (0.15, 0.4, 0.8):
+            upper = np.triu(rng.random((40, size, size)) < density, 1)
+            adjacency = upper | upper.transpose(0, 2, 1)  # [40, s, s]
+            found = dfs_orders(adjacency)
+            for b in range(adjacency.shape[0]):
+                neighbours = [np.flatnonzero(row).tolist() for row in adjacency[b]]
+                assert found[b].tolist() == dfs_order(list(range(size)), neighbours), (size, density, b)
+
+
+def test_batched_encodings_equal_the_one_by_one_encoding():
+    edge_index, n = grid(6, 7, king=True)
+    rng = np.random.default_rng(1)
+    instances = [np.sort(rng.choice(n, size=int(rng.integers(1, 12)), replace=False)) for _ in range(300)]
+    subs = Substructures.from_lists(instances, np.zeros(len(instances), dtype=np.int64))
+    found = dfs_adjacency_encodings(subs, edge_index, n, 8).reshape(-1, 8, 8)
+    pairs = set(zip(*edge_index.tolist()))
+    for code, members in zip(found, instances):
+        block = np.array([[(u, v) in pairs for v in members] for u in members], dtype=np.float32)
+        order = dfs_order(members.tolist(), [np.flatnonzero(row).tolist() for row in block])[:8]
+        expected = np.zeros((8, 8), dtype=np.float32)
+        expected[: len(order), : len(order)] = block[np.ix_(order, order)]
+        np.testing.assert_array_equal(code, expected)
