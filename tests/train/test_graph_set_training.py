@@ -103,3 +103,28 @@ def test_ranks_share_the_graph_batches_through_torchrun(tmp_path):
     ranks = train.run(distributed, inputs, tmp_path / "ranks")
     assert ranks.keys() == single.keys() and math.isfinite(ranks["test_mae"])
     assert sorted(p.name for p in (tmp_path / "ranks").iterdir()) == sorted(p.name for p in (tmp_path / "single").iterdir())
+
+
+def test_every_component_on_many_graphs_trains_in_batches(tmp_path):
+    """Expander, virtual nodes, anchors with SPD, tokens and the LPE, each inside its graph: the batches of
+    whole graphs hold every edge of their nodes, and both networks read every component."""
+    from sgt_core.config.preprocess import PreprocessConfig
+    from sgt_core.preprocess.stage import build_preprocessed
+
+    cfg = compose_config([*SMALL, "preprocess.expander.enabled=true", "preprocess.expander.degree=4",
+                          "preprocess.virtual_nodes=1", "preprocess.anchors.enabled=true",
+                          "preprocess.substructures.enabled=true", "preprocess.lpe.enabled=true",
+                          "preprocess.lpe.m=4", "model.lpe_dim=4", "model.readout=virtual"])
+    graph, tokens, _ = build_preprocessed(PreprocessConfig.from_dict(cfg["preprocess"]),
+                                          toy_graph_set("graph_regression", num_graphs=50), seed=0)
+    assert tokens is not None and graph.num_tokens > 0 and graph.num_spd_buckets > 0
+    ends = graph.node_graph.long()[graph.edge_index.long()]
+    assert torch.equal(ends[0], ends[1])  # nothing crosses between graphs
+    (tmp_path / "preprocess").mkdir()
+    graph.save(tmp_path / "preprocess" / INTERACTION_GRAPH_FILE)
+    metrics = {}
+    for name in ("estimate", "export", "train"):
+        (tmp_path / name).mkdir()
+        stage = STAGE_BY_NAME[name]
+        metrics[name] = stage.run(cfg, {upstream: tmp_path / upstream for upstream in stage.upstream}, tmp_path / name)
+    assert math.isfinite(metrics["train"]["test_mae"]) and math.isfinite(metrics["estimate"]["test_mae"])
