@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import uuid
 from pathlib import Path
@@ -79,6 +80,23 @@ def test_a_non_finite_loss_stops_the_stage_with_one_error_and_writes_nothing(
                                *TINY_MODEL)
     assert status == 0, err
     assert "test_roc_auc = " in out
+
+
+def test_report_text_and_json_agree_on_each_stage_of_a_failed_run(prefect_server, artifacts_dir, tmp_path, capfd):
+    dataset = write_npz(tmp_path / "huge.npz", features_scale=1e30)  # estimate fails at epoch 0
+    assert run_cli(capfd, "run", "dataset=npz", f"dataset.path={dataset}", *TINY_MODEL)[0] == 2
+
+    status, text, _ = run_cli(capfd, "report")
+    assert status == 0
+    status, as_json, _ = run_cli(capfd, "report", "--json")
+    assert status == 0
+    report = json.loads(as_json)
+    expected = {"preprocess": "ran", "estimate": "failed", "export": "missing", "train": "missing"}
+    assert {stage["stage"]: stage["state"] for stage in report["stages"]} == expected
+    timings = text.split("timings")[1].split("artifacts:")[0]
+    for stage, state in expected.items():  # the text says what the JSON says, stage by stage
+        assert re.search(rf"^\s+{stage}\s+{state}\b", timings, re.MULTILINE), text
+    assert report["status"] == "FAILED" and "(failed, started" in text
 
 
 # --- degenerate labels ------------------------------------------------------------------------------------
