@@ -290,6 +290,10 @@ def command_scores(overrides: list[str], path: str | None) -> int:
         cfg = compose_config(overrides)
         key = stage_keys(cfg)["export"]
         store = open_store(cfg["paths"]["artifacts"])
+        damage = store.damage("export", key, checksums=True)  # what is summarised must be what was written
+        if damage is not None:
+            raise SGTError(f"{store.location('export', key)}: damaged ({damage}); the next `sgt run` moves it aside "
+                           "and recomputes")
         if not store.is_complete("export", key):
             raise SGTError(f"no exported scores for this configuration (export key {key}); run `sgt run` first")
         scores_dir = store.local("export", key) / SCORES_DIR

@@ -17,11 +17,27 @@ from sgt_core.pipeline import STAGES, stage_keys, stage_material
 log = logging.getLogger("sgt")
 
 
+# The stage whose files `sgt scores` reads (the exported attention scores).
+SCORES_STAGE = "export"
+
+
+def reported_stages() -> set[str]:
+    """The stages whose results a run reports: the last stage's (the run's metrics and checkpoint, which
+    `sgt report` shows) and the scores `sgt scores` reads."""
+    return {STAGES[-1].name, SCORES_STAGE}
+
+
 def stages_to_checksum(store: ArtifactStore, keys: dict[str, str], force_from: int) -> set[str]:
-    """The stages whose cached results this run will read as inputs: the upstreams of every stage it computes."""
+    """The stages whose cached results are verified by checksum before they are served: the results this run
+    will read as inputs (the upstreams of every stage it computes), and those it reports (`reported_stages`).
+
+    A damaged one is moved aside and recomputed, so that a run never reports metrics beside a damaged or
+    swapped file (sizes alone do not tell another run's checkpoint of the same shape).
+    """
     computes = [index >= force_from or not store.is_complete(stage.name, keys[stage.name])
                 for index, stage in enumerate(STAGES)]
-    return {upstream for stage, runs in zip(STAGES, computes) if runs for upstream in stage.upstream}
+    read = {upstream for stage, runs in zip(STAGES, computes) if runs for upstream in stage.upstream}
+    return read | reported_stages()
 
 
 def crash_flow_runs_of_dead_pipelines(closed_runs: dict[str, dict[str, str]]) -> list[str]:
