@@ -33,6 +33,7 @@ from sgt_core.preprocess.outputs import INTERACTION_GRAPH_FILE
 from sgt_core.progress import Progress
 from sgt_core.sampling import LayerSampler
 from sgt_core.sampling.degrees import sampled_degree_histograms
+from sgt_core.sampling.reach import warn_if_batches_reach_the_graph
 from sgt_core.seeding import seed_everything
 from sgt_core.train.device import resolve_device
 from sgt_core.train.distributed import Ranks, launch, world_size
@@ -221,6 +222,9 @@ def _fit(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device:
     train_nodes, val_nodes, test_nodes = (m.nonzero().flatten().to(device)
                                           for m in (graph.train_mask, graph.val_mask, graph.test_mask))
     eval_nodes = torch.cat([val_nodes, test_nodes])
+    if ranks is None or ranks.rank == 0:  # once: a batch setting that makes an epoch cost many full-graph ones
+        warn_if_batches_reach_the_graph(graph.num_nodes, graph.edge_index.shape[1], train_nodes.numel(),
+                                        train.batch_size, cfg["model"]["degrees"], cfg["model"]["local_top_k"] or 0)
     if ranks is not None:
         ranks.check_split("training", train_nodes, 2)
         ranks.check_split("evaluation", eval_nodes, 1)
