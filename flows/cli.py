@@ -562,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
             return command_report(args.overrides, args.run_id, args.json)
         return command_scores(args.overrides, args.path)
     except SGTError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {'; '.join([str(error), *getattr(error, '__notes__', ())])}", file=sys.stderr)
         return 2
     except Exception as error:
         described = describe_environment_error(error, getattr(args, "overrides", []))

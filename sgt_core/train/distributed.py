@@ -47,6 +47,7 @@ import json
 import logging
 import math
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -81,8 +82,16 @@ USER_ERRORS = {cls.__name__: cls for cls in (SGTError, ConfigError, DatasetError
 ORDER, SAMPLING, DROPOUT = 0, 1, 2  # the random streams of an epoch
 
 
-class DistributedTrainingError(RuntimeError):
-    """A rank failed with an unexpected error, or torchrun ended without a result."""
+class DistributedTrainingError(SGTError):
+    """A rank failed, was killed, or torchrun ended without a result: one line, `train: rank R of W <what>`.
+
+    Attributes:
+        details: the failing rank's traceback and torchrun's last lines, for the stage's log (not the terminal).
+    """
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details
 
 
 def world_size(options: dict) -> int:
@@ -250,20 +259,56 @@ def _run(command: list[str], environment: dict[str, str]) -> tuple[int, list[str
         raise
 
 
+# A failed rank in torchrun's closing report: its global rank and exit code (negative: the signal that ended it).
+_FAILED_RANK = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+# Signals torchrun's agent and an interrupt stop the ranks with: a rank ended so was not the first to fail.
+_STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def killed_ranks(tail: list[str]) -> dict[int, str]:
+    """The ranks torchrun reports ended by a signal other than its own stopping ones, with the signal's name."""
+    killed = {}
+    for rank, code in _FAILED_RANK.findall("\n".join(tail)):
+        if int(code) < 0 and -int(code) not in _STOPPING_SIGNALS:
+            killed[int(rank)] = signal_name(-int(code))
+    return killed
+
+
+def signal_name(number: int) -> str:
+    """SIGKILL for 9; the number itself for one Python does not name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def _rank_error(folder: Path, returncode: int, tail: list[str], world: int) -> Exception:
-    """The error to raise for a failed run: the first user-facing rank error, else the lowest rank's."""
-    reports = sorted((json.loads(path.read_text()) for path in folder.glob("rank*.error.json")),
-                     key=lambda report: (report["type"] not in USER_ERRORS, report["rank"]))
-    if not reports:
+    """The error to raise for a failed run, naming the rank that failed first.
+
+    A user-facing error (bad configuration, a non-finite loss) is raised as its own type. Otherwise a rank
+    killed by a signal (SIGKILL: often the kernel's out-of-memory killer) comes first: the others' errors
+    (a peer's closed connection) follow from it; then the earliest report of a rank's own exception.
+    """
+    reports = [json.loads(path.read_text()) for path in folder.glob("rank*.error.json")]
+    user = sorted((report for report in reports if report["type"] in USER_ERRORS), key=lambda report: report["rank"])
+    if user:
+        return USER_ERRORS[user[0]["type"]](user[0]["message"])
+    launcher = "torchrun's last lines:\n" + "\n".join(tail)
+    killed = {rank: name for rank, name in killed_ranks(tail).items()
+              if rank not in {report["rank"] for report in reports}}
+    if killed:
+        rank = min(killed)
+        hint = " (often the kernel's out-of-memory killer)" if killed[rank] == "SIGKILL" else ""
+        return DistributedTrainingError(f"train: rank {rank} of {world} was killed by {killed[rank]}{hint}; the other "
+                                        "ranks were stopped and nothing was kept", launcher)
+    if reports:
+        report = min(reports, key=lambda report: (report.get("time", 0.0), report["rank"]))
         return DistributedTrainingError(
-            f"train: torchrun ended with status {returncode} and no rank reported an error (a rank killed by a "
-            f"signal, often for lack of memory?); its last lines:\n" + "\n".join(tail))
-    report = reports[0]
-    if report["type"] in USER_ERRORS:
-        return USER_ERRORS[report["type"]](report["message"])
-    log.error("train: rank %d of %d failed:\n%s", report["rank"], world, report["traceback"])
-    return DistributedTrainingError(f"train: rank {report['rank']} of {world} failed: {report['type']}: "
-                                    f"{report['message']}")
+            f"train: rank {report['rank']} of {world} failed: {report['type']}: {report['message']}",
+            f"rank {report['rank']}'s traceback:\n{report['traceback']}\n{launcher}")
+    return DistributedTrainingError(
+        f"train: torchrun ended with status {returncode} and no rank reported an error (a rank killed by a "
+        f"signal, often for lack of memory?)", launcher)
 
 
 # --- in each rank ------------------------------------------------------------------------------------------
@@ -411,7 +456,7 @@ def main(argv: list[str]) -> None:
                 partial.write_text(json.dumps(metrics))
     except BaseException as error:  # noqa: BLE001 - every failure is reported to the stage's process
         report = {"rank": rank, "type": type(error).__name__, "message": str(error),
-                  "traceback": traceback.format_exc()}
+                  "traceback": traceback.format_exc(), "time": time.time()}
         (launch_file.parent / f"rank{rank}.error.json").write_text(json.dumps(report))
         raise SystemExit(1) from None
 
