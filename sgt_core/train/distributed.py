@@ -40,7 +40,6 @@ How a global batch of B target nodes is shared (Spexphormer Algorithm 2 on every
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import importlib
 import json
@@ -53,6 +52,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections import deque
@@ -68,7 +68,9 @@ from torch import Tensor, nn
 
 from sgt_core.artifacts import ArtifactError, atomic_path
 from sgt_core.errors import ConfigError, DatasetError, SGTError
+from sgt_core.lifeline import end_with, parent_death_signal
 from sgt_core.numerics import NonFiniteLossError
+from sgt_core.progress import current_position, note_position
 from sgt_core.train.sync_batch_norm import SyncBatchNorm1d
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,8 @@ log = logging.getLogger(__name__)
 LAUNCH_DIR = "_distributed"  # inside the stage's folder while the ranks run; removed before it is published
 LAUNCH_FILE = "launch.json"
 RESULT_FILE = "result.json"
+HEAR_S = 0.5  # how long an interrupted torchrun has to end by itself before it is interrupted
+STOP_GRACE_S = 10.0  # how long it then has to stop its ranks before SIGKILL (the flow waits 15 s for the stage)
 LOG_MARK = "sgt-rank-log "  # a rank's log record on its stderr, re-emitted by `launch` under its logger
 # Errors a rank raises that the stage re-raises as the same type (one line for the CLI, no traceback).
 USER_ERRORS = {cls.__name__: cls for cls in (SGTError, ConfigError, DatasetError, NonFiniteLossError, ArtifactError)}
@@ -138,20 +142,6 @@ def rank_environment(nproc_per_node: int) -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": str(max(1, cores // nproc_per_node)), "OMP_WAIT_POLICY": "PASSIVE"}
 
 
-def _parent_death_signal():
-    """A function that, run in torchrun's process before it starts, SIGTERMs it when the stage's process dies.
-
-    The flow stops a stage by terminating its process, which ends without running Python's cleanup;
-    torchrun's agent stops its ranks on SIGTERM. Linux's prctl(PR_SET_PDEATHSIG), looked up here, before
-    the fork: between fork and exec only the call itself runs. None elsewhere.
-    """
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    return lambda: prctl(1, signal.SIGTERM)
-
-
 def launch(rank_main: Callable[[dict, dict[str, Path], Path], dict], cfg: dict, inputs: dict[str, Path],
            out_dir: Path) -> dict:
     """Trains on `world_size` ranks through torchrun and returns rank 0's metrics; rank 0 wrote the files.
@@ -186,6 +176,12 @@ def launch(rank_main: Callable[[dict, dict[str, Path], Path], dict], cfg: dict, 
         if returncode == 0 and result.is_file():
             return json.loads(result.read_text())
         raise _rank_error(folder, returncode, tail, world)
+    except KeyboardInterrupt:
+        rank_zero = folder / "rank0.error.json"
+        position = json.loads(rank_zero.read_text()).get("position") if rank_zero.is_file() else None
+        if position:  # the epoch rank 0 was at: what the interrupt names
+            note_position(*position)
+        raise
     finally:
         shutil.rmtree(folder)
 
@@ -241,8 +237,9 @@ def _run(command: list[str], environment: dict[str, str]) -> tuple[int, list[str
     """Runs torchrun, re-emitting the ranks' log records here; returns its exit status and last other lines."""
     tail: deque[str] = deque(maxlen=80)
     # Between fork and exec only the prctl call runs: no lock another thread could hold is taken.
+    # torchrun gets SIGTERM if this process dies without cleaning up (killed): its agent then stops the ranks.
     process = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, bufsize=1, preexec_fn=_parent_death_signal())  # noqa: PLW1509
+                               text=True, bufsize=1, preexec_fn=parent_death_signal())  # noqa: PLW1509
     try:
         for line in process.stdout:
             line = line.rstrip("\n")
@@ -253,10 +250,36 @@ def _run(command: list[str], environment: dict[str, str]) -> tuple[int, list[str
                 log.debug("torchrun: %s", line)  # the launcher's own lines; tracebacks are in the error files
                 tail.append(line)
         return process.wait(), list(tail)
-    except BaseException:
-        process.terminate()
-        process.wait()
+    except BaseException as error:
+        _stop(process, interrupted=isinstance(error, KeyboardInterrupt))
         raise
+
+
+def _stop(process: subprocess.Popen, interrupted: bool) -> None:
+    """Stops torchrun; after an interrupt as Ctrl-C does, so that its agent passes SIGINT on to the ranks
+    and rank 0 reports the epoch it was at. A Ctrl-C in the terminal reached them all already: torchrun is
+    given a moment to end by itself first. SIGKILL after `STOP_GRACE_S`."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if interrupted and main_thread else None
+    try:  # communicate() reads what the ranks still write, so that none blocks on a full pipe
+        if not interrupted:
+            process.terminate()
+        elif not _ends_within(process, HEAR_S):
+            process.send_signal(signal.SIGINT)
+        if not _ends_within(process, STOP_GRACE_S):
+            process.kill()
+            process.communicate()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _ends_within(process: subprocess.Popen, seconds: float) -> bool:
+    try:
+        process.communicate(timeout=seconds)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
 
 
 # A failed rank in torchrun's closing report: its global rank and exit code (negative: the signal that ended it).
@@ -442,6 +465,7 @@ def main(argv: list[str]) -> None:
     """One rank, started by torchrun: `python -m sgt_core.train.distributed <launch.json>`."""
     launch_file = Path(argv[0])
     rank = int(os.environ.get("RANK", "0"))
+    end_with()  # its parent, torchrun's agent: killed outright, it cannot stop its ranks
     root = logging.getLogger()
     root.handlers[:] = [_JsonLines(rank)]
     root.setLevel(logging.INFO if rank == 0 else logging.WARNING)  # progress once, warnings from all
@@ -455,8 +479,10 @@ def main(argv: list[str]) -> None:
             with atomic_path(launch_file.parent / RESULT_FILE) as partial:
                 partial.write_text(json.dumps(metrics))
     except BaseException as error:  # noqa: BLE001 - every failure is reported to the stage's process
+        if isinstance(error, KeyboardInterrupt):
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the report short
         report = {"rank": rank, "type": type(error).__name__, "message": str(error),
-                  "traceback": traceback.format_exc(), "time": time.time()}
+                  "traceback": traceback.format_exc(), "time": time.time(), "position": current_position()}
         (launch_file.parent / f"rank{rank}.error.json").write_text(json.dumps(report))
         raise SystemExit(1) from None
 
