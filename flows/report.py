@@ -12,7 +12,7 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from flows.tracking import tracking_uri
+from flows.locations import tracking_uri
 from sgt_core.artifacts import process_exists
 from sgt_core.config import STAGE_NAMES, compose_config
 from sgt_core.errors import SGTError
