@@ -57,8 +57,9 @@ Runs nothing and writes nothing. Examples:
 REPORT_HELP = """\
 Reports a recorded pipeline run from the MLflow store the configuration points at (mlflow.tracking_uri,
 else $MLFLOW_TRACKING_URI, else <paths.artifacts>/mlflow.db): its config, val_/test_ metrics, each stage's
-time and cache hit, and the artifact folders. Without overrides: the newest run of any configuration;
-with overrides: the newest run of that configuration (paths.*, mlflow.* and stage only locate the store).
+state (ran, cached, failed, killed, running, missing) and time, and the artifact folders. Without
+overrides: the newest run of any configuration; with overrides: the newest run of that configuration
+(paths.*, mlflow.* and stage only locate the store).
 Examples:
   sgt report                                # newest run in artifacts/mlflow.db
   sgt report optimizer.lr=0.02              # newest run of that configuration

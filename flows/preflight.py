@@ -8,6 +8,7 @@ preprocess stage will, with every check of the data contract, while the Prefect 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -45,7 +46,9 @@ def check_start(cfg: dict) -> None:
 
 
 def check_writable(folder: Path) -> None:
-    """Creates `folder` if needed and writes (and removes) a file in it; it must have room to start."""
+    """Writes (and removes) a file in `folder`, which must have room to start; folders created for that are
+    removed again: a run refused later, for its dataset's content, leaves nothing behind."""
+    created = [parent for parent in (folder, *folder.parents) if not parent.exists()]
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".sgt-write-check-"):
@@ -53,6 +56,10 @@ def check_writable(folder: Path) -> None:
         free = shutil.disk_usage(folder).free
     except OSError as error:
         raise SGTError(f"{error.filename or folder}: {error.strerror or error}") from None
+    finally:
+        for parent in created:  # deepest first; the run creates them again when it starts
+            with contextlib.suppress(OSError):
+                parent.rmdir()
     if free < MIN_FREE_BYTES:
         raise SGTError(f"{folder}: No space left on device ({free // 1024} KiB free; a run needs at least "
                        f"{MIN_FREE_BYTES >> 20} MiB to start)")

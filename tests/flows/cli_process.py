@@ -11,9 +11,16 @@ from pathlib import Path
 
 import psutil
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, TINY_OVERRIDES
 
 TIMEOUT_S = 300  # starting Python, torch and Prefect on a busy 2-core machine is slow
+TEMPORARY = "orchestration.prefect_server=temporary"  # never a `sgt ui` server another user left on 4200
+
+
+def tiny(*overrides: str) -> list[str]:
+    """The tiny configuration with `overrides` replacing its values of the same keys."""
+    keys = {override.split("=")[0] for override in overrides}
+    return [*(o for o in TINY_OVERRIDES if o.split("=")[0] not in keys), *overrides]
 
 
 class CliProcess:
@@ -98,4 +105,13 @@ def session_env(artifacts: Path, **extra: str) -> dict[str, str]:
     env = {**os.environ, "SGT_ARTIFACTS": str(artifacts), "PREFECT_API_URL": PREFECT_API_URL.value(),
            "OMP_WAIT_POLICY": "PASSIVE", **extra}
     env.pop("MLFLOW_TRACKING_URI", None)
+    return env
+
+
+def temporary_server_env(home: Path) -> dict[str, str]:
+    """An `sgt` environment without a configured Prefect server: the run starts a temporary one of its own,
+    with its database under `home` (the `temporary_prefect_home` fixture's, created once per session)."""
+    env = {**os.environ, "PREFECT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE"}
+    for name in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI", "PREFECT_PROFILE"):
+        env.pop(name, None)
     return env

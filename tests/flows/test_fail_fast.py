@@ -14,16 +14,17 @@ import pytest
 
 from flows.prefect_server import OUR_MODULE
 from tests.conftest import REPO_ROOT
-from tests.flows.test_orphans import TEMPORARY, temporary_server_env
+from tests.flows.cli_process import TEMPORARY, temporary_server_env
 from tests.flows.test_reliability import write_npz
 
 HEAVY = ("torch", "prefect")  # what the fast path must not import
 
 
-def sgt(arguments: list[str], env: dict[str, str]) -> tuple[int, str, set[str]]:
-    """`python -X importtime -m flows.cli ARGUMENTS`: its status, its output less the import times, and the
-    top-level packages it imported."""
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "flows.cli", *arguments], cwd=REPO_ROOT,
+def sgt(arguments: list[str], env: dict[str, str], importtime: bool = False) -> tuple[int, str, set[str]]:
+    """`python [-X importtime] -m flows.cli ARGUMENTS`: its status, its output less the import times, and the
+    top-level packages it imported (with `importtime`)."""
+    flags = ["-X", "importtime"] if importtime else []
+    done = subprocess.run([sys.executable, *flags, "-m", "flows.cli", *arguments], cwd=REPO_ROOT,
                           env=env, capture_output=True, text=True, timeout=300, check=False)
     imported = {line.split("|")[-1].strip().split(".")[0] for line in done.stderr.splitlines()
                 if line.startswith("import time:")}
@@ -55,7 +56,8 @@ def test_bad_input_is_answered_before_torch_or_prefect_is_imported(tmp_path, cas
         "unwritable artifacts": ([], "error: /proc/forbidden: No such file or directory"),
     }[case]
     where = "paths.artifacts=/proc/forbidden" if case == "unwritable artifacts" else f"paths.artifacts={artifacts}"
-    status, output, imported = sgt(["run", *arguments, where, TEMPORARY], temporary_server_env(tmp_path / "home"))
+    status, output, imported = sgt(["run", *arguments, where, TEMPORARY], temporary_server_env(tmp_path / "home"),
+                                   importtime=True)
     assert status == 2, output
     assert error_line(output).startswith(expected), output
     assert "Traceback" not in output
@@ -63,7 +65,7 @@ def test_bad_input_is_answered_before_torch_or_prefect_is_imported(tmp_path, cas
     assert not artifacts.exists() and not (tmp_path / "home").exists()  # nothing written, no Prefect home made
 
 
-def test_bad_content_found_once_the_server_started_stops_it_at_once(tmp_path):
+def test_bad_content_found_once_the_server_started_stops_it_at_once(tmp_path, temporary_prefect_home):
     """A 1-D feature array is found by the dataset's loader (torch), while the temporary server starts: the
     run answers without waiting for the server, and stops it."""
     path = write_npz(tmp_path / "flat.npz")
@@ -71,10 +73,10 @@ def test_bad_content_found_once_the_server_started_stops_it_at_once(tmp_path):
     arrays["node_features"] = arrays["node_features"][:, 0]  # [N]: one value per node, no feature axis
     np.savez(path, **arrays)
     status, output, _ = sgt(["run", "dataset=npz", f"dataset.path={path}", TEMPORARY,
-                             f"paths.artifacts={tmp_path / 'artifacts'}"], temporary_server_env(tmp_path / "home"))
+                             f"paths.artifacts={tmp_path / 'artifacts'}"], temporary_server_env(temporary_prefect_home))
     assert status == 2, output
     assert error_line(output).startswith(f"error: {path}: node features must be a 2-D array"), output
-    assert servers_of(tmp_path / "home") == []
+    assert servers_of(temporary_prefect_home) == []  # none left behind
 
 
 def servers_of(home: Path) -> list[psutil.Process]:

@@ -14,8 +14,15 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.flows.cli_process import CliProcess, rank_process, session_env, still_running
-from tests.flows.test_orphans import TEMPORARY, temporary_server_env, tiny
+from tests.flows.cli_process import (
+    TEMPORARY,
+    CliProcess,
+    rank_process,
+    session_env,
+    still_running,
+    temporary_server_env,
+    tiny,
+)
 
 LONG_ESTIMATE = tiny("estimator.epochs=100000")  # the estimate stage runs until it is interrupted
 STOPPED_WITHIN_S = 60  # the run prints its line in ~2 s; a busy machine's interpreter exit takes some more
@@ -41,6 +48,12 @@ def mlflow_states(artifacts: Path) -> dict[str, str]:
     return {run.data.tags["sgt.stage"]: run.info.status for run in runs}
 
 
+def pipeline_run(artifacts: Path):
+    client = MlflowClient(f"sqlite:///{artifacts / 'mlflow.db'}")
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.`sgt.stage` = 'pipeline'")
+    return run
+
+
 def assert_interrupted_in(output: str, stage: str) -> None:
     lines = [line for line in output.splitlines() if line.startswith(("interrupted:", "error:"))]
     assert len(lines) == 1 and INTERRUPTED.fullmatch(lines[0]), output[-3000:]
@@ -48,10 +61,10 @@ def assert_interrupted_in(output: str, stage: str) -> None:
     assert "Traceback" not in output and "Crash detected" not in output, output[-3000:]
 
 
-def test_ctrl_c_in_a_terminal_stops_the_run_and_its_temporary_server_records_it(tmp_path_factory, tmp_path):
+def test_ctrl_c_in_a_terminal_stops_the_run_and_its_temporary_server_records_it(temporary_prefect_home, tmp_path):
     """SIGINT to the process group, as Ctrl-C sends it: the stage process gets it too, the temporary Prefect
     server (a session of its own) does not, and lives until the run has recorded its end."""
-    home, artifacts = tmp_path_factory.mktemp("prefect_home"), tmp_path / "artifacts"
+    home, artifacts = temporary_prefect_home, tmp_path / "artifacts"
     cli = CliProcess(["run", *LONG_ESTIMATE, TEMPORARY, f"paths.artifacts={artifacts}"], temporary_server_env(home),
                      tmp_path / "run.log")
     status, helpers = interrupt(cli, signal.SIGINT, group=True, waitfor="estimate epoch 1/")
@@ -59,16 +72,19 @@ def test_ctrl_c_in_a_terminal_stops_the_run_and_its_temporary_server_records_it(
     assert_interrupted_in(cli.output(), "estimate")
     assert not list(artifacts.glob("*/.*")) and not list((artifacts / "estimate").iterdir())
     assert mlflow_states(artifacts) == {"pipeline": "KILLED", "preprocess": "FINISHED", "estimate": "KILLED"}
+    flow_run_id = pipeline_run(artifacts).data.tags["sgt.prefect_flow_run_id"]
     with sqlite3.connect(home / "prefect.db") as database:  # the server is gone: its database remains
-        (flow_run,) = database.execute("SELECT id, state_type FROM flow_run").fetchall()
+        (state,) = database.execute("SELECT state_type FROM flow_run WHERE id = ?", (flow_run_id,)).fetchone()
         tasks = dict(database.execute("SELECT name, state_type FROM task_run WHERE flow_run_id = ?",
-                                      (flow_run[0],)).fetchall())
-    assert flow_run[1] == "CRASHED"
+                                      (flow_run_id,)).fetchall())
+    assert state == "CRASHED"
     assert {name.split("-")[0]: state for name, state in tasks.items()} == {"preprocess": "COMPLETED", "estimate": "CRASHED"}
     assert still_running(helpers, 30) == []
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+# SIGTERM takes the same path as SIGINT once the `sgt` process has it: its run is in `make test-all`.
+@pytest.mark.parametrize("signum", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.e2e)],
+                         ids=["sigint", "sigterm"])
 def test_a_signal_to_the_sgt_process_alone_stops_its_stage_too(prefect_server, tmp_path, signum):
     """`kill -INT` or `kill -TERM` of the `sgt` process: it interrupts its stage process itself."""
     from prefect.client.orchestration import get_client
@@ -80,11 +96,8 @@ def test_a_signal_to_the_sgt_process_alone_stops_its_stage_too(prefect_server, t
     assert_interrupted_in(cli.output(), "estimate")
     assert not list(artifacts.glob("*/.*")) and not list((artifacts / "estimate").iterdir())
     assert mlflow_states(artifacts) == {"pipeline": "KILLED", "preprocess": "FINISHED", "estimate": "KILLED"}
-    client = MlflowClient(f"sqlite:///{artifacts / 'mlflow.db'}")
-    (pipeline,) = client.search_runs([e.experiment_id for e in client.search_experiments()],
-                                     "tags.`sgt.stage` = 'pipeline'")
     with get_client(sync_client=True) as prefect:
-        flow_run = prefect.read_flow_run(pipeline.data.tags["sgt.prefect_flow_run_id"])
+        flow_run = prefect.read_flow_run(pipeline_run(artifacts).data.tags["sgt.prefect_flow_run_id"])
     assert flow_run.state.type.value == "CRASHED"
     assert still_running(helpers, 30) == []
 

@@ -14,31 +14,9 @@ import psutil
 import pytest
 
 from flows.prefect_server import OUR_MODULE, PREFECT_APP, reap_orphaned_servers
-from tests.conftest import TINY_OVERRIDES
-from tests.flows.cli_process import CliProcess, still_running
+from tests.flows.cli_process import TEMPORARY, CliProcess, still_running, temporary_server_env, tiny
 
-TEMPORARY = "orchestration.prefect_server=temporary"  # never a `sgt ui` server another user left on 4200
 ENDS_WITHIN_S = 30  # the helpers' watchdogs poll every 0.2 s; a busy machine stops a server slowly
-
-
-@pytest.fixture(scope="module")
-def prefect_home(tmp_path_factory) -> Path:
-    """One Prefect home for the module's temporary servers: its database is migrated once, by the first."""
-    return tmp_path_factory.mktemp("prefect_home")
-
-
-def tiny(*overrides: str) -> list[str]:
-    """The tiny configuration with `overrides` replacing its values of the same keys."""
-    keys = {override.split("=")[0] for override in overrides}
-    return [*(o for o in TINY_OVERRIDES if o.split("=")[0] not in keys), *overrides]
-
-
-def temporary_server_env(home: Path) -> dict[str, str]:
-    """An `sgt` environment without a configured Prefect server: the run starts its own temporary one."""
-    env = {**os.environ, "PREFECT_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE"}
-    for name in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI", "PREFECT_PROFILE"):
-        env.pop(name, None)
-    return env
 
 
 def start_orphaned_server(home: Path) -> psutil.Process:
@@ -57,7 +35,8 @@ def server_processes(processes: list[psutil.Process]) -> list[psutil.Process]:
     return [process for process in processes if OUR_MODULE in process.cmdline()]
 
 
-def test_a_killed_sgt_run_leaves_no_process_and_reaps_an_older_runs_server(prefect_home, tmp_path):
+def test_a_killed_sgt_run_leaves_no_process_and_reaps_an_older_runs_server(temporary_prefect_home, tmp_path):
+    prefect_home = temporary_prefect_home
     older = start_orphaned_server(prefect_home)
     cli = CliProcess(["run", *tiny("estimator.epochs=100000"), TEMPORARY,
                       f"paths.artifacts={tmp_path / 'artifacts'}"], temporary_server_env(prefect_home),
@@ -82,7 +61,9 @@ def test_a_killed_sgt_run_leaves_no_process_and_reaps_an_older_runs_server(prefe
             cli.kill_all()
 
 
-def test_a_killed_sgt_tune_leaves_no_process(prefect_home, tmp_path):
+@pytest.mark.e2e  # as the test above, for `sgt tune` (its stages run in its own process): in `make test-all`
+def test_a_killed_sgt_tune_leaves_no_process(temporary_prefect_home, tmp_path):
+    prefect_home = temporary_prefect_home
     cli = CliProcess(["tune", *tiny("train.epochs=100000"), "tune=quick", "tune.trials=2", TEMPORARY,
                       f"paths.artifacts={tmp_path / 'artifacts'}"], temporary_server_env(prefect_home),
                      tmp_path / "tune.log")
