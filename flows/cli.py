@@ -6,6 +6,8 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from sgt_core.errors import SGTError
@@ -55,8 +57,9 @@ Runs nothing and writes nothing. Examples:
 REPORT_HELP = """\
 Reports a recorded pipeline run from the MLflow store the configuration points at (mlflow.tracking_uri,
 else $MLFLOW_TRACKING_URI, else <paths.artifacts>/mlflow.db): its config, val_/test_ metrics, each stage's
-time and cache hit, and the artifact folders. Without overrides: the newest run of any configuration;
-with overrides: the newest run of that configuration (paths.*, mlflow.* and stage only locate the store).
+state (ran, cached, failed, killed, running, missing) and time, and the artifact folders. Without
+overrides: the newest run of any configuration; with overrides: the newest run of that configuration
+(paths.*, mlflow.* and stage only locate the store).
 Examples:
   sgt report                                # newest run in artifacts/mlflow.db
   sgt report optimizer.lr=0.02              # newest run of that configuration
@@ -112,15 +115,28 @@ def _configure_environment() -> None:
         logging.getLogger(reporting).addFilter(_drop_expected_tracebacks)
 
 
+# Prefect's words for a run it records as crashed because it was interrupted (Ctrl-C, SIGTERM).
+INTERRUPTED_BY = ("aborted by an interrupt signal", "aborted by a termination signal", "TerminationSignal")
+
+
 def _drop_expected_tracebacks(record: logging.LogRecord) -> bool:
     """Keeps Prefect from printing a traceback for an error the CLI reports in one line itself: bad input
     or configuration (SGTError), or the machine's (permissions, a full disk, the MLflow store's sqlite).
     Also drops Prefect's records of a trial that `sgt tune` pruned, whose task and flow runs end Failed with
-    optuna.TrialPruned: stopped on purpose, which the tune flow reports in one line itself."""
+    optuna.TrialPruned: stopped on purpose, which the tune flow reports in one line itself; and those of an
+    interrupted run's crash, for which the CLI prints its one `interrupted:` line."""
     error = record.exc_info[1] if record.exc_info else None
     if _is_pruned_trial(error) or (error is None and "TrialPruned" in record.getMessage()):
         return False
+    if (error is not None and is_interrupt(error)) or any(words in record.getMessage() for words in INTERRUPTED_BY):
+        return False
     return error is None or not _is_expected(error)
+
+
+def is_interrupt(error: BaseException) -> bool:
+    from flows.interrupts import is_interrupt as interrupted
+
+    return interrupted(error)
 
 
 def _is_pruned_trial(error: BaseException | None) -> bool:
@@ -158,35 +174,31 @@ def expand_sweeps(overrides: list[str]) -> list[list[str]]:
 
 
 def command_run(overrides: list[str], multirun: bool = False) -> int:
-    from flows.prefect_server import choose_prefect_server, stop_temporary_server
-    from flows.preflight import check_run, fully_cached
+    from flows.preflight import check_run, check_start, fully_cached
     from sgt_core.config import compose_config
 
     runs = expand_sweeps(overrides) if multirun else [overrides]
     configs = [compose_config(run_overrides) for run_overrides in runs]  # a bad one fails before any server
+    for cfg in configs:  # the artifacts folder and the input files: seconds, no torch and no Prefect yet
+        check_start(cfg)
     # Prefect's server starts now (seconds), while the runs are checked and the flow's modules imported.
-    server_start = (choose_prefect_server(configs[0]["orchestration"]["prefect_server"])
-                    if configs[0]["orchestration"]["mode"] == "local" else None)
-    try:
+    server = start_prefect_server(configs[0])
+    with stopped_on_failure(server):
         for cfg in configs:  # all checked before the first run
             check_run(cfg)
-    except BaseException:
-        if server_start is not None:
-            stop_temporary_server(server_start)
-        raise
-    if any(cfg["orchestration"]["mode"] == "pools" for cfg in configs) and not _prefect_api_url_set():
-        # A temporary Prefect server would have no workers: every stage would wait for one in vain.
-        raise SGTError("orchestration=pools: needs a Prefect server that the pools' workers use; set "
-                       "PREFECT_API_URL (e.g. http://127.0.0.1:4200/api after `make ui`) and start `sgt workers`")
-    if any(cfg["stage_isolation"] == "process" and not fully_cached(cfg) for cfg in configs):
-        from flows.isolation import warm_up
+        if any(cfg["orchestration"]["mode"] == "pools" for cfg in configs) and not _prefect_api_url_set():
+            # A temporary Prefect server would have no workers: every stage would wait for one in vain.
+            raise SGTError("orchestration=pools: needs a Prefect server that the pools' workers use; set "
+                           "PREFECT_API_URL (e.g. http://127.0.0.1:4200/api after `make ui`) and start `sgt workers`")
+        if any(cfg["stage_isolation"] == "process" and not fully_cached(cfg) for cfg in configs):
+            from flows.isolation import warm_up
 
-        warm_up()  # the stages' process server starts while Prefect's does
-    from flows.pipeline import sgt_pipeline
-    from flows.report import format_metric
+            warm_up()  # the stages' process server starts while Prefect's does
+        from flows.pipeline import sgt_pipeline
+        from flows.report import format_metric
 
-    if server_start is not None:
-        server_start.join()
+        if server is not None:
+            server.ready()
 
     results = []
     for run_overrides in runs:
@@ -204,6 +216,33 @@ def command_run(overrides: list[str], multirun: bool = False) -> int:
     if multirun:
         print_sweep_summary(results)
     return 0
+
+
+def start_prefect_server(cfg: dict):
+    """The run's Prefect server, chosen in the background (None with orchestration=pools, which needs one
+    configured). A temporary one is stopped when this process exits, after Prefect has sent what it holds
+    (its services drain at threading's exit, before atexit's hooks run): whatever ended the run, its end is
+    recorded first."""
+    if cfg["orchestration"]["mode"] != "local":
+        return None
+    import atexit
+
+    from flows.prefect_server import choose_prefect_server
+
+    server = choose_prefect_server(cfg["orchestration"]["prefect_server"])
+    atexit.register(server.stop)
+    return server
+
+
+@contextmanager
+def stopped_on_failure(server) -> Iterator[None]:
+    """Stops a starting Prefect server at once when what the block checks fails: nothing waits for it."""
+    try:
+        yield
+    except BaseException:
+        if server is not None:
+            server.stop()
+        raise
 
 
 def _prefect_api_url_set() -> bool:
@@ -239,25 +278,20 @@ def print_sweep_summary(results: list[tuple[list[str], dict]]) -> None:
 
 
 def command_tune(overrides: list[str]) -> int:
-    from flows.prefect_server import choose_prefect_server, stop_temporary_server
-    from flows.preflight import check_run
+    from flows.preflight import check_run, check_start
     from sgt_core.config import compose_config
 
     cfg = compose_config(overrides)  # a bad override fails before any server starts
+    check_start(cfg)
     # Prefect's server starts now (seconds), while the study is checked and the flow's modules imported.
-    server_start = (choose_prefect_server(cfg["orchestration"]["prefect_server"])
-                    if cfg["orchestration"]["mode"] == "local" else None)
-    try:
+    server = start_prefect_server(cfg)
+    with stopped_on_failure(server):
         from flows.tune import check_tuning, sgt_tune
 
         check_tuning(cfg)
         check_run(cfg)
-    except BaseException:
-        if server_start is not None:
-            stop_temporary_server(server_start)
-        raise
-    if server_start is not None:
-        server_start.join()
+        if server is not None:
+            server.ready()
     summary = sgt_tune(overrides)
     print_tuning_summary(summary)
     return 0
@@ -298,6 +332,10 @@ def command_scores(overrides: list[str], path: str | None) -> int:
         cfg = compose_config(overrides)
         key = stage_keys(cfg)["export"]
         store = open_store(cfg["paths"]["artifacts"])
+        damage = store.damage("export", key, checksums=True)  # what is summarised must be what was written
+        if damage is not None:
+            raise SGTError(f"{store.location('export', key)}: damaged ({damage}); the next `sgt run` moves it aside "
+                           "and recomputes")
         if not store.is_complete("export", key):
             raise SGTError(f"no exported scores for this configuration (export key {key}); run `sgt run` first")
         scores_dir = store.local("export", key) / SCORES_DIR
@@ -417,7 +455,7 @@ def command_report(overrides: list[str], run_id: str | None, as_json: bool) -> i
 
 
 def command_ui(overrides: list[str], prefect_port: int, mlflow_port: int) -> int:
-    from flows.tracking import tracking_uri
+    from flows.locations import tracking_uri
     from flows.ui import serve_ui
     from sgt_core.config import compose_config
 
@@ -545,8 +583,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from flows.interrupts import terminating_as_interrupts
+
     args = build_parser().parse_args(argv)
     _configure_environment()
+    with terminating_as_interrupts():
+        return _command(args)
+
+
+def _command(args: argparse.Namespace) -> int:
+    """Runs the chosen command; an expected failure is one `error:` line and status 2, an interrupt one
+    `interrupted:` line and status 130."""
     try:
         if args.command == "ui":
             return command_ui(args.overrides, args.prefect_port, args.mlflow_port)
@@ -566,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
             return command_report(args.overrides, args.run_id, args.json)
         return command_scores(args.overrides, args.path)
     except SGTError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {'; '.join([str(error), *getattr(error, '__notes__', ())])}", file=sys.stderr)
         return 2
     except Exception as error:
         described = describe_environment_error(error, getattr(args, "overrides", []))
@@ -574,6 +621,13 @@ def main(argv: list[str] | None = None) -> int:
             raise  # a bug: keep the traceback
         print(f"error: {described}", file=sys.stderr)
         return 2
+    except BaseException as error:
+        from flows.interrupts import EXIT_STATUS, interruption_line, is_interrupt
+
+        if not is_interrupt(error):
+            raise
+        print(interruption_line(error), file=sys.stderr)
+        return EXIT_STATUS
 
 
 def _causes(error: BaseException) -> list[BaseException]:
@@ -618,7 +672,7 @@ def describe_environment_error(error: Exception, overrides: list[str]) -> str | 
 def _artifacts_and_store(overrides: list[str]) -> tuple[str, str]:
     """The artifacts folder and the MLflow store's location of this configuration (defaults if it fails)."""
     try:
-        from flows.tracking import tracking_uri
+        from flows.locations import tracking_uri
         from sgt_core.config import compose_config
 
         cfg = compose_config(overrides)

@@ -28,13 +28,18 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from flows.interrupts import RunInterrupted, is_interrupt
 from flows.memory import status_mb
 from sgt_core.errors import SGTError
+from sgt_core.lifeline import end_with
 from sgt_core.pipeline import STAGE_BY_NAME, STAGES, stage_environment
+from sgt_core.progress import current_position
 
 log = logging.getLogger("sgt")
 
 _POLL_SECONDS = 0.1  # how often the flow's process forwards the stage's log records while it waits
+HEAR_S = 0.5  # how long an interrupted stage process has to report by itself before it is interrupted
+STOP_GRACE_S = 15.0  # how long it then has to report and end (torchrun's ranks included) before SIGKILL
 
 
 # glibc's malloc environment variables and the mallopt parameters that set the same thing (malloc.h).
@@ -82,8 +87,12 @@ def warm_up() -> threading.Thread:
 
 
 def _stage_main(name: str, cfg: dict, inputs: dict[str, Path], out_dir: Path, environment: dict[str, str],
-                results, records) -> None:
-    """The stage process: runs the stage, sends (status, metrics or exception, peak RSS or traceback)."""
+                results, records, flow_pid: int) -> None:
+    """The stage process: runs the stage, sends (status, metrics or exception, peak RSS or traceback), or
+    ("interrupted", the loop position it was at, None) after Ctrl-C."""
+    # It ends with the flow's process, even one killed outright (SIGTERM, whose default action ends it; torchrun
+    # then ends too). The fork server, its parent, waits for it: it holds the server's alive pipe like the flow.
+    end_with(flow_pid, signal.SIGTERM, death_signal=False)
     # The server's environment is the flow's at the server's start: take the flow's current one.
     os.environ.clear()
     os.environ.update(environment)
@@ -94,6 +103,9 @@ def _stage_main(name: str, cfg: dict, inputs: dict[str, Path], out_dir: Path, en
     try:
         metrics = STAGE_BY_NAME[name].run(cfg, inputs, out_dir)
         results.send(("ok", metrics, status_mb("VmHWM")))
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the report short
+        results.send(("interrupted", current_position(), None))
     except BaseException as error:  # noqa: BLE001 - every failure is reported to the flow's process
         details = traceback.format_exc()
         try:
@@ -116,21 +128,47 @@ def _forward(records) -> None:
             logger.handle(record)
 
 
+def _stop_interrupted(process, receiving) -> tuple | None:
+    """Lets an interrupted stage process report and end; returns its message, None if it sent none.
+
+    A Ctrl-C in the terminal reached it already, and it reports within moments; `kill -INT` or SIGTERM
+    reached only this process, which then interrupts the stage itself. One that takes longer than
+    `STOP_GRACE_S` (a long operation in C++), or a second Ctrl-C here, ends it with SIGKILL.
+    """
+    message = None
+    try:
+        if not receiving.poll(HEAR_S) and process.is_alive():
+            os.kill(process.pid, signal.SIGINT)
+        if receiving.poll(STOP_GRACE_S):
+            message = receiving.recv()
+        process.join(STOP_GRACE_S)
+    except EOFError:  # it ended without a word
+        pass
+    finally:
+        if process.is_alive():
+            process.kill()
+        process.join()
+    return message
+
+
 def run_stage_in_process(name: str, cfg: dict, inputs: dict[str, Path], out_dir: Path,
                          on_start: Callable[[int], None] | None = None) -> tuple[dict, float | None]:
     """Runs stage `name` in its own process; returns its metrics and peak RSS (MB).
 
     `on_start(pid)` is called once the process exists (the memory sampler follows it). An exception in
     the stage is re-raised here as the same type; a process that dies without a word (SIGKILL, out of
-    memory) raises StageProcessDied; Ctrl-C here terminates the stage process too. A stage with variables
-    of its own (`stage_environment`) has them in its environment, its malloc ones applied.
+    memory) raises StageProcessDied. An interrupt here (Ctrl-C, SIGTERM) interrupts the stage process too,
+    unless the terminal's Ctrl-C reached it already, lets it report where it was and raises RunInterrupted;
+    any other error here ends the stage process. A stage with variables of its own (`stage_environment`) has
+    them in its environment, its malloc ones applied.
     """
     variables = stage_environment(STAGE_BY_NAME[name], cfg)
     context = _context()
     receiving, sending = context.Pipe(duplex=False)
     records = context.Queue()
     process = context.Process(target=_stage_main, name=f"sgt-{name}",
-                              args=(name, cfg, inputs, out_dir, {**os.environ, **variables}, sending, records))
+                              args=(name, cfg, inputs, out_dir, {**os.environ, **variables}, sending, records,
+                                    os.getpid()))
     process.start()
     sending.close()  # ours; the child's copy is the only writer left, so its death reads as EOF
     message = None
@@ -147,10 +185,14 @@ def run_stage_in_process(name: str, cfg: dict, inputs: dict[str, Path], out_dir:
                 break
         process.join()
         _forward(records)
-    except BaseException:
-        process.terminate()
-        process.join()
-        raise
+    except BaseException as error:
+        if not is_interrupt(error):
+            process.kill()
+            process.join()
+            raise
+        message = _stop_interrupted(process, receiving)
+        _forward(records)
+        raise RunInterrupted(name, message[1] if message and message[0] == "interrupted" else None) from error
     finally:
         receiving.close()
         records.close()

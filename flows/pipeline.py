@@ -8,6 +8,8 @@ import time
 from prefect import flow, runtime, task
 from prefect.cache_policies import NO_CACHE
 
+from flows.flow_runs import claim_flow_run, crash_flow_runs_of_dead_processes
+from flows.interrupts import begin_run, in_stage, is_interrupt
 from flows.stage_run import run_stage
 from flows.tracking import Tracker
 from sgt_core.artifacts import ArtifactStore, fingerprint, open_store
@@ -17,63 +19,38 @@ from sgt_core.pipeline import STAGES, stage_keys, stage_material
 log = logging.getLogger("sgt")
 
 
+# The stage whose files `sgt scores` reads (the exported attention scores).
+SCORES_STAGE = "export"
+
+
+def reported_stages() -> set[str]:
+    """The stages whose results a run reports: the last stage's (the run's metrics and checkpoint, which
+    `sgt report` shows) and the scores `sgt scores` reads."""
+    return {STAGES[-1].name, SCORES_STAGE}
+
+
 def stages_to_checksum(store: ArtifactStore, keys: dict[str, str], force_from: int) -> set[str]:
-    """The stages whose cached results this run will read as inputs: the upstreams of every stage it computes."""
+    """The stages whose cached results are verified by checksum before they are served: the results this run
+    will read as inputs (the upstreams of every stage it computes), and those it reports (`reported_stages`).
+
+    A damaged one is moved aside and recomputed, so that a run never reports metrics beside a damaged or
+    swapped file (sizes alone do not tell another run's checkpoint of the same shape).
+    """
     computes = [index >= force_from or not store.is_complete(stage.name, keys[stage.name])
                 for index, stage in enumerate(STAGES)]
-    return {upstream for stage, runs in zip(STAGES, computes) if runs for upstream in stage.upstream}
-
-
-def crash_flow_runs_of_dead_pipelines(closed_runs: dict[str, dict[str, str]]) -> list[str]:
-    """Marks CRASHED the Prefect flow runs (and their open task runs) of pipelines whose process died.
-
-    The tracker has just closed those pipelines' MLflow runs; their tag `sgt.prefect_flow_run_id` names
-    the flow run, which Prefect itself would leave RUNNING forever once its process is gone. A flow run
-    recorded on another Prefect server (a temporary one with its own database) is not found and skipped.
-    Returns the ids it marked.
-    """
-    flow_run_ids = {tags["sgt.prefect_flow_run_id"] for tags in closed_runs.values()
-                    if tags.get("sgt.prefect_flow_run_id")}
-    if not flow_run_ids:
-        return []
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-    from prefect.exceptions import ObjectNotFound
-    from prefect.states import Crashed
-
-    crashed = []
-    with get_client(sync_client=True) as client:
-        pending = list(flow_run_ids)
-        while pending:
-            flow_run_id = pending.pop()
-            try:
-                flow_run = client.read_flow_run(flow_run_id)
-            except ObjectNotFound:
-                continue
-            if flow_run.state is None or flow_run.state.is_final():
-                continue
-            message = "its process ended without reporting (killed or out of memory); found by a later sgt run"
-            task_runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run.id])))
-            for task_run in task_runs:
-                if task_run.state is not None and not task_run.state.is_final():
-                    client.set_task_run_state(task_run.id, Crashed(message=message), force=True)
-            client.set_flow_run_state(flow_run.id, Crashed(message=message), force=True)
-            crashed.append(str(flow_run.id))
-            if flow_run.parent_task_run_id is not None:  # a subflow: its parent flow (`sgt-run`) died too
-                pending.append(str(client.read_task_run(flow_run.parent_task_run_id).flow_run_id))
-    for flow_run_id in crashed:
-        log.warning("marked the Prefect flow run %s of a dead pipeline CRASHED", flow_run_id)
-    return crashed
+    read = {upstream for stage, runs in zip(STAGES, computes) if runs for upstream in stage.upstream}
+    return read | reported_stages()
 
 
 def _stage_here_or_on_pool(name: str, cfg: dict, keys: dict[str, str], force: bool, parent_run_id: str,
                            tracker: Tracker, verify_checksums: bool = False) -> dict:
     """Runs the stage in this process (orchestration=local) or as a flow run on its work pool (pools)."""
-    if cfg["orchestration"]["mode"] == "pools":
-        from flows.pools import run_stage_on_pool
+    with in_stage(name):
+        if cfg["orchestration"]["mode"] == "pools":
+            from flows.pools import run_stage_on_pool
 
-        return run_stage_on_pool(name, cfg, keys, force, parent_run_id, tracker, verify_checksums)
-    return run_stage(name, cfg, keys, force, parent_run_id, tracker, verify_checksums)
+            return run_stage_on_pool(name, cfg, keys, force, parent_run_id, tracker, verify_checksums)
+        return run_stage(name, cfg, keys, force, parent_run_id, tracker, verify_checksums)
 
 
 def rekeyed(cfg: dict, keys: dict[str, str], name: str, key: str) -> dict[str, str]:
@@ -103,11 +80,13 @@ def sgt_pipeline(overrides: list[str] | None = None, parent_run_id: str | None =
             tuning run of `sgt tune`, whose trials are pipeline runs.
         tags: further tags of the pipeline's run (`sgt tune`'s `sgt.study`, `sgt.trial`).
     """
+    begin_run()
     cfg = compose_config(overrides)
     keys = stage_keys(cfg)
     force_from = STAGE_NAMES.index(cfg["stage"]) if cfg["stage"] != "all" else len(STAGE_NAMES)
+    claim_flow_run()  # so that a later run can tell this one's flow run from a live one, should this process die
     tracker = Tracker(cfg)
-    crash_flow_runs_of_dead_pipelines(tracker.closed_runs)
+    crash_flow_runs_of_dead_processes(tracker.closed_runs)
     if cfg["orchestration"]["mode"] == "pools":
         from flows.pools import register_stage_deployments, stage_pools
 
@@ -144,8 +123,8 @@ def sgt_pipeline(overrides: list[str] | None = None, parent_run_id: str | None =
             "sgt.cache_hits": ",".join(n for n, r in results.items() if r["cache_hit"]) or "none",
         })
         tracker.flush()  # the stages' files and plots, logged while the later stages ran
-    except BaseException:
-        tracker.fail(pipeline_run_id)
+    except BaseException as error:
+        tracker.fail(pipeline_run_id, killed=is_interrupt(error))
         raise
     tracker.end(pipeline_run_id)
     return {"run_id": pipeline_run_id, "keys": keys, "stages": results, "metrics": summary, "notes": notes,

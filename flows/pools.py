@@ -111,7 +111,7 @@ def register_stage_deployments(pools: dict[str, str]) -> list[str]:
 
 def for_workers(cfg: dict) -> dict:
     """The configuration a worker gets: the artifacts root and the MLflow store as absolute locations."""
-    from flows.tracking import tracking_uri
+    from flows.locations import tracking_uri
 
     paths = dict(cfg["paths"])
     if "://" not in str(paths["artifacts"]):  # an object-store URL is the same everywhere already

@@ -1,18 +1,96 @@
-"""Checks a run before it starts: its config and dataset, before any stage runs or any run is recorded."""
+"""Checks a run before it starts: its config and dataset, before any stage runs or any run is recorded.
+
+Two steps. `check_start` answers in about a second, before any Prefect server starts and before torch is
+imported: where the run writes (the artifacts folder and the MLflow store's, writable, with room to start)
+and what it reads (the dataset's files exist and parse). `check_run` then loads the dataset as the
+preprocess stage will, with every check of the data contract, while the Prefect server starts.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+
+from sgt_core.errors import DatasetError, SGTError
+
+# Less free space than this and not even a new MLflow store fits (~600 KB): fail before anything starts.
+MIN_FREE_BYTES = 1 << 20
+
 
 def preflight(overrides: list[str]) -> dict:
-    """Composes the run's config and checks it and its dataset (`check_run`); returns the config."""
+    """Composes the run's config and checks it and its dataset (`check_start`, `check_run`); returns the config."""
     from sgt_core.config import compose_config
 
-    return check_run(compose_config(overrides))
+    cfg = compose_config(overrides)
+    check_start(cfg)
+    return check_run(cfg)
+
+
+def check_start(cfg: dict) -> None:
+    """What can be checked in a second, without torch or Prefect: the folders the run writes and the files
+    it reads. Raises SGTError naming the path and the system's words (`Read-only file system`)."""
+    from flows.locations import tracking_uri
+    from sgt_core.artifacts import is_url
+
+    check_dataset_files(cfg["dataset"])  # first: a run refused for its input creates no folder
+    folders = [] if is_url(cfg["paths"]["artifacts"]) else [Path(cfg["paths"]["artifacts"])]
+    store = tracking_uri(cfg)
+    if store.startswith("sqlite:///"):
+        folders.append(Path(store.removeprefix("sqlite:///")).parent)
+    for folder in dict.fromkeys(path.resolve() for path in folders):
+        check_writable(folder)
+
+
+def check_writable(folder: Path) -> None:
+    """Writes (and removes) a file in `folder`, which must have room to start; folders created for that are
+    removed again: a run refused later, for its dataset's content, leaves nothing behind."""
+    created = [parent for parent in (folder, *folder.parents) if not parent.exists()]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".sgt-write-check-"):
+            pass
+        free = shutil.disk_usage(folder).free
+    except OSError as error:
+        raise SGTError(f"{error.filename or folder}: {error.strerror or error}") from None
+    finally:
+        for parent in created:  # deepest first; the run creates them again when it starts
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+    if free < MIN_FREE_BYTES:
+        raise SGTError(f"{folder}: No space left on device ({free // 1024} KiB free; a run needs at least "
+                       f"{MIN_FREE_BYTES >> 20} MiB to start)")
+
+
+def check_dataset_files(dataset: dict) -> None:
+    """The dataset's files exist and parse, as its loader will read them: an .npz archive (`dataset.path`),
+    or the node and edge tables (every CSV row against its header, every Parquet file's footer). Generated
+    datasets have none, PyG's are checked when loaded (`check_run`)."""
+    if dataset["name"] == "parquet":
+        from sgt_core.data.tables import check_table_files  # DuckDB and Arrow, no torch
+
+        check_table_files(dataset["nodes"], dataset["edges"])
+    elif dataset["name"] == "npz":
+        path = Path(os.path.abspath(Path(dataset["path"]).expanduser()))
+        if path.is_dir():
+            raise DatasetError(f"{path}: is a directory; expected a .npz file (dataset.path)")
+        if not path.is_file():
+            raise DatasetError(f"{path}: no such file")
+        try:
+            with zipfile.ZipFile(path) as archive:  # reads the archive's directory, not its arrays
+                archive.namelist()
+        except OSError as error:
+            raise DatasetError(f"{path}: {error.strerror or error}") from None
+        except zipfile.BadZipFile as error:
+            raise DatasetError(f"{path}: not a valid .npz archive ({error})") from None
 
 
 def check_run(cfg: dict) -> dict:
     """Checks a composed config and its dataset before any stage runs or any run is recorded; returns it."""
-    from flows.tracking import tracking_uri
+    from flows.locations import tracking_uri
     from sgt_core.artifacts import open_store
     from sgt_core.pipeline import stage_keys
 

@@ -4,6 +4,7 @@ how a metric is printed."""
 from __future__ import annotations
 
 import datetime
+import socket
 import textwrap
 from pathlib import Path
 
@@ -11,7 +12,8 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from flows.tracking import tracking_uri
+from flows.locations import tracking_uri
+from sgt_core.artifacts import process_exists
 from sgt_core.config import STAGE_NAMES, compose_config
 from sgt_core.errors import SGTError
 from sgt_core.pipeline import stage_keys
@@ -69,27 +71,58 @@ def _pipeline_run_by_id(client: MlflowClient, run_id: str) -> Run:
     return run
 
 
+# A stage's state in a report, from its child run's MLflow status; "ran" and "cached" are FINISHED runs.
+STATES = {"FAILED": "failed", "KILLED": "killed", "RUNNING": "running", "SCHEDULED": "running"}
+MISSING = "missing"  # no child run: the pipeline ended before the stage
+
+
+def run_status(run: Run) -> str:
+    """The run's MLflow status, but KILLED for a run still RUNNING whose process on this machine is gone
+    (SIGKILL, out of memory): the next `sgt run` of its experiment records it so, and a report says it now."""
+    tags, pid = run.data.tags, run.data.tags.get("sgt.pid", "")
+    if (run.info.status == "RUNNING" and tags.get("sgt.host") == socket.gethostname() and pid.isdigit()
+            and not process_exists(int(pid))):
+        return "KILLED"
+    return run.info.status
+
+
+def stage_state(child: Run | None) -> str:
+    """ran, cached, failed, killed, running, or missing: what the text and the JSON both say."""
+    if child is None:
+        return MISSING
+    status = run_status(child)
+    if status in STATES:
+        return STATES[status]
+    return "cached" if child.data.tags.get("sgt.cache_hit") == "true" else "ran"
+
+
 def pipeline_report(client: MlflowClient, run: Run) -> dict:
-    """A pipeline run as plain data: config, metrics, per-stage timing and cache hit, artifact folders."""
+    """A pipeline run as plain data: config, metrics, and every stage's state, timing, cache hit and folder.
+
+    Every stage of the pipeline is listed, in order; one the run never reached is `missing`, with no key,
+    time or folder.
+    """
     children = client.search_runs([run.info.experiment_id], f"tags.mlflow.parentRunId = '{run.info.run_id}'")
     by_stage = {child.data.tags.get("sgt.stage"): child for child in children}
     stages = [
         {
             "stage": name,
-            "cache_hit": child.data.tags.get("sgt.cache_hit") == "true",
-            "seconds": child.data.metrics.get("stage_seconds"),
-            "key": child.data.tags.get("sgt.cache_key"),
-            "artifact_dir": child.data.tags.get("sgt.artifact_dir"),
-            "status": child.info.status,
+            "state": stage_state(child),
+            "cache_hit": child is not None and child.data.tags.get("sgt.cache_hit") == "true",
+            "seconds": child.data.metrics.get("stage_seconds") if child else None,
+            "key": child.data.tags.get("sgt.cache_key") if child else None,
+            "artifact_dir": child.data.tags.get("sgt.artifact_dir") if child else None,
+            "status": run_status(child) if child else None,
+            "log_file": child.data.tags.get("sgt.log_file") if child else None,
         }
         for name in STAGE_NAMES
-        if (child := by_stage.get(name)) is not None
+        for child in (by_stage.get(name),)
     ]
     started = datetime.datetime.fromtimestamp(run.info.start_time / 1000).isoformat(" ", "seconds")
     return {
         "run_id": run.info.run_id,
         "experiment": client.get_experiment(run.info.experiment_id).name,
-        "status": run.info.status,
+        "status": run_status(run),
         "started": started,
         "tracking_uri": client.tracking_uri,
         "config": dict(sorted(run.data.params.items())),
@@ -117,9 +150,13 @@ def format_report(report: dict) -> str:
     lines += ["", f"timings (pipeline {total:.1f} s):" if total is not None else "timings:"]
     for stage in report["stages"]:
         seconds = f"{stage['seconds']:.1f} s" if stage["seconds"] is not None else "-"
-        lines.append(f"  {stage['stage']:<11} {'cached' if stage['cache_hit'] else 'ran':<7} {seconds:>9}")
+        log_file = f"  log: {stage['log_file']}" if stage["state"] in ("failed", "killed") and stage["log_file"] else ""
+        lines.append(f"  {stage['stage']:<11} {stage['state']:<7} {seconds:>9}{log_file}")
     lines += ["", "artifacts:"]
     for stage in report["stages"]:
-        missing = "" if stage["artifact_dir"] and Path(stage["artifact_dir"]).is_dir() else "  (missing)"
-        lines.append(f"  {stage['stage']:<11} {stage['artifact_dir'] or '-'}{missing}")
+        if stage["state"] in ("ran", "cached"):
+            absent = "" if stage["artifact_dir"] and Path(stage["artifact_dir"]).is_dir() else "  (missing)"
+            lines.append(f"  {stage['stage']:<11} {stage['artifact_dir'] or '-'}{absent}")
+        else:  # nothing was kept of a stage that did not finish
+            lines.append(f"  {stage['stage']:<11} - ({stage['state']}: no result)")
     return "\n".join(lines)

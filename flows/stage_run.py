@@ -12,6 +12,7 @@ from flows.hooks import StageHooks, StageRun
 from flows.isolation import run_stage_in_process
 from flows.memory import MemorySampler
 from flows.plots import PlotHooks
+from flows.stage_log import StageLog
 from flows.tracking import MlflowHooks, Tracker
 from sgt_core.pipeline import STAGE_BY_NAME, Stage, stage_environment
 
@@ -33,7 +34,8 @@ def run_stage(
     cache = StageCache(cfg, stage, keys)
     run = StageRun(stage, cache.key, cache.reuse(force, verify_checksums),
                    {section: cfg[section] for section in stage.config_sections})
-    hooks: tuple[StageHooks, ...] = (MlflowHooks(tracker, parent_run_id, worker), PlotHooks(tracker))
+    hooks: tuple[StageHooks, ...] = (MlflowHooks(tracker, parent_run_id, worker), StageLog(tracker, cache.store.root),
+                                     PlotHooks(tracker))
     try:
         for hook in hooks:
             hook.before_stage(run)

@@ -21,8 +21,9 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from flows.hooks import StageHooks, StageRun
+from flows.interrupts import is_interrupt
+from flows.locations import tracking_uri
 from sgt_core.artifacts import is_url, process_exists
-from sgt_core.errors import ConfigError
 from sgt_core.pipeline import StageResult, dataset_id
 
 if TYPE_CHECKING:
@@ -50,18 +51,6 @@ def flatten(value, prefix: str = "") -> dict[str, str]:
 def owner_tags() -> dict[str, str]:
     """Tags naming the process that writes a run, so a later run can tell whether it died."""
     return {"sgt.host": socket.gethostname(), "sgt.pid": str(os.getpid())}
-
-
-def tracking_uri(cfg: dict) -> str:
-    """Config value, else $MLFLOW_TRACKING_URI, else a sqlite file under the artifacts folder."""
-    if cfg["mlflow"]["tracking_uri"]:
-        return cfg["mlflow"]["tracking_uri"]
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
-    if is_url(cfg["paths"]["artifacts"]):
-        raise ConfigError(f"mlflow.tracking_uri: must be set (or $MLFLOW_TRACKING_URI) when paths.artifacts is an "
-                          f"object-store URL ({cfg['paths']['artifacts']}): the MLflow store cannot live there")
-    return f"sqlite:///{Path(cfg['paths']['artifacts']).resolve() / 'mlflow.db'}"
 
 
 def _run_artifact_location(cfg: dict, uri: str) -> str | None:
@@ -240,15 +229,15 @@ class Tracker:
         if errors:
             raise errors[0]
 
-    def fail(self, run_id: str) -> None:
-        """Marks a run FAILED once the queued jobs are done, raising nothing: neither a failed upload nor a
-        full disk may hide the error that ended the run."""
+    def fail(self, run_id: str, killed: bool = False) -> None:
+        """Marks a run FAILED (KILLED: `killed`, for an interrupted one) once the queued jobs are done, raising
+        nothing: neither a failed upload nor a full disk may hide the error that ended the run."""
         try:
             self.flush()
         except Exception as error:  # noqa: BLE001 - one line: the error that ended the run is raised
             log.error("MLflow logging failed as well: %s", error)
         with contextlib.suppress(Exception):
-            self.end(run_id, ok=False)
+            self.client.set_terminated(run_id, "KILLED" if killed else "FAILED")
 
     def log_params(self, run_id: str, params: dict[str, str]) -> None:
         items = [Param(k, v[:6000]) for k, v in params.items()]
@@ -285,7 +274,7 @@ class MlflowHooks(StageHooks):
 
     def on_stage_error(self, run: StageRun, error: BaseException) -> None:
         if run.run_id:
-            self.tracker.fail(run.run_id)
+            self.tracker.fail(run.run_id, killed=is_interrupt(error))
 
     def _log_memory(self, run_id: str, memory: MemorySampler) -> None:
         self.tracker.log_metric_series(run_id, "rss_mb", memory.samples, memory.started_at)

@@ -22,7 +22,9 @@ from mlflow.exceptions import MlflowException
 from optuna.trial import FrozenTrial, TrialState
 from prefect import flow, runtime
 
-from flows.pipeline import crash_flow_runs_of_dead_pipelines, sgt_pipeline
+from flows.flow_runs import claim_flow_run, crash_flow_runs_of_dead_processes
+from flows.interrupts import is_interrupt
+from flows.pipeline import sgt_pipeline
 from flows.tracking import Tracker, flatten, owner_tags
 from sgt_core.artifacts import atomic_path, fingerprint, is_url, process_exists
 from sgt_core.config import compose_config, config_dir
@@ -528,8 +530,9 @@ def sgt_tune(overrides: list[str] | None = None) -> dict:
     tune = check_tuning(cfg)
     name = study_name(cfg, base, tune)
     storage = study_storage(cfg, name)
+    claim_flow_run()
     tracker = Tracker(cfg)
-    crash_flow_runs_of_dead_pipelines(tracker.closed_runs)  # a killed `sgt tune`'s flow and trial's subflow
+    crash_flow_runs_of_dead_processes(tracker.closed_runs)  # a killed `sgt tune`'s flow and trial's subflow
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # each trial is logged here, as it ends
     metric = selection_metric(cfg, tune)
     study = optuna.create_study(
@@ -559,8 +562,8 @@ def sgt_tune(overrides: list[str] | None = None) -> dict:
             preset = write_preset(tune.preset, tune.overwrite_preset, [*base, *best.user_attrs["overrides"]],
                                   expected, header)
             tracker.set_tags(run_id, {"sgt.preset": str(preset)})
-    except BaseException:
-        tracker.fail(run_id)
+    except BaseException as error:
+        tracker.fail(run_id, killed=is_interrupt(error))
         raise
     tracker.end(run_id)
     return tuning.summary(preset)

@@ -17,6 +17,22 @@ Item = TypeVar("Item")
 LOG_EVERY_PERCENT = 10
 LOG_EVERY_SECONDS = 30.0
 
+# Where this process's loop is: its description and the 0-based index of the item being worked on (for
+# epochs, the epoch), or a loop of a child process this one waits for (a DDP rank's). What an interrupted
+# run names; None outside any loop.
+_position: tuple[str, int] | None = None
+
+
+def current_position() -> tuple[str, int] | None:
+    """The loop this process is in (or waits for) and the index of its item; None outside any loop."""
+    return _position
+
+
+def note_position(description: str, index: int) -> None:
+    """Records the position of a loop another process ran for this one (a DDP rank's epochs)."""
+    global _position
+    _position = (description, index)
+
 
 class Progress(Generic[Item]):
     """Iterates `items`, reporting progress and the latest metrics of the loop body.
@@ -56,7 +72,16 @@ class Progress(Generic[Item]):
         self.metrics.update(metrics)
 
     def __iter__(self) -> Iterator[Item]:
-        return self._bar() if self.stream.isatty() else self._log_lines()
+        return self._tracked(self._bar() if self.stream.isatty() else self._log_lines())
+
+    def _tracked(self, items: Iterator[Item]) -> Iterator[Item]:
+        """`items`, recording each one's index as the process's position; cleared when the loop ends whole
+        (an exception leaves it: the position is what the error, or the interrupt, is about)."""
+        global _position
+        for index, item in enumerate(items):
+            _position = (self.description, index)
+            yield item
+        _position = None
 
     def _bar(self) -> Iterator[Item]:
         with tqdm(total=self.total, desc=self.description, file=self.stream, dynamic_ncols=True) as bar:

@@ -51,6 +51,13 @@ def prefect_server():
         yield
 
 
+@pytest.fixture(scope="session")
+def temporary_prefect_home(tmp_path_factory) -> Path:
+    """The Prefect home of the `sgt` processes that start a temporary Prefect server of their own (tests of
+    interrupts and orphans): one per session, so that its database is created once."""
+    return tmp_path_factory.mktemp("prefect_home")
+
+
 @pytest.fixture
 def artifacts_dir(tmp_path, monkeypatch) -> Path:
     """A private artifacts root (and MLflow store under it) for one test."""

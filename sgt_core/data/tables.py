@@ -10,16 +10,18 @@ import itertools
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from torch_geometric.data import Data
 
 from sgt_core.data.splits import SPLIT_NAMES, stratified_split
-from sgt_core.data.validate import build_graph
 from sgt_core.errors import ConfigError, DatasetError
+
+if TYPE_CHECKING:  # torch only where the graph is built: `check_table_files` runs before torch is imported
+    from torch_geometric.data import Data
 
 # File name endings (lower-cased) -> the DuckDB table function that reads them and, for CSV, the delimiter.
 READERS = {
@@ -185,6 +187,44 @@ def _csv_problem(connection: duckdb.DuckDBPyConnection, path: Path) -> str | Non
     return None
 
 
+def _csv_error(connection: duckdb.DuckDBPyConnection, source: str, paths: list[Path], error: duckdb.Error) -> DatasetError:
+    """The error for CSV files that DuckDB could not read: the first row that does not parse, with its file
+    and line, else DuckDB's message naming the table's `source`."""
+    for path in paths:
+        problem = _csv_problem(connection, path)
+        if problem:
+            return DatasetError(f"{path}: CSV parse error: {problem}")
+    doing = "CSV parse error" if isinstance(error, duckdb.InvalidInputException) else "reading failed"
+    return DatasetError(f"{source}: {doing}: {_message(error)}")
+
+
+def check_table_files(nodes: Mapping, edges: Mapping) -> None:
+    """Checks what `load_tables` reads first, without building a table or the graph (and without torch):
+    both tables' files exist with a known type, every CSV row parses against its header, and every Parquet
+    file opens. The errors are `load_tables`' own.
+
+    Raises:
+        ConfigError: see `table_paths`.
+        DatasetError: naming the file: a missing one, a CSV row that does not parse (with its line), a file
+            DuckDB cannot read.
+    """
+    files = table_paths(nodes, edges)
+    connection = duckdb.connect()
+    try:
+        for table, config in (("nodes", nodes), ("edges", edges)):
+            paths, source = files[table], os.path.abspath(os.path.expanduser(config["path"]))
+            csv_rows = _reader(paths[0])[1] is not None
+            try:  # CSV: every row, counted as it streams; Parquet: the footers, read by asking for no rows
+                connection.execute(f"SELECT COUNT(*) FROM {_read_sql(paths)}" if csv_rows
+                                   else f"SELECT * FROM {_read_sql(paths)} LIMIT 0").fetchall()
+            except duckdb.Error as error:
+                if csv_rows:
+                    raise _csv_error(connection, source, paths, error) from error
+                raise DatasetError(f"{source}: reading failed: {_message(error)}") from error
+    finally:
+        connection.close()
+
+
 def _is_number(data_type: pa.DataType) -> bool:
     """Integers, floats and booleans: what features and labels may hold."""
     return pa.types.is_integer(data_type) or pa.types.is_floating(data_type) or pa.types.is_boolean(data_type)
@@ -229,12 +269,7 @@ class _Tables:
         try:
             self.connection.execute(query)
         except duckdb.Error as error:
-            for path in paths:
-                problem = _csv_problem(self.connection, path)
-                if problem:
-                    raise DatasetError(f"{path}: CSV parse error: {problem}") from error
-            doing = "CSV parse error" if isinstance(error, duckdb.InvalidInputException) else "reading failed"
-            raise DatasetError(f"{self.sources[table]}: {doing}: {_message(error)}") from error
+            raise _csv_error(self.connection, self.sources[table], paths, error) from error
 
     def load(self, files: dict[str, list[Path]], queries: dict[str, str | None]) -> None:
         """Reads each table's files, then replaces a table by its query's result where one is given.
@@ -494,4 +529,6 @@ def load_tables(
         edge_index = _read_edges(tables, nodes, edges)
     finally:
         tables.connection.close()
+    from sgt_core.data.validate import build_graph  # torch: imported once the tables are read
+
     return build_graph(sources["nodes"], x, y, edge_index, *masks)

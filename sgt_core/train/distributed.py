@@ -40,18 +40,19 @@ How a global batch of B target nodes is shared (Spexphormer Algorithm 2 on every
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import importlib
 import json
 import logging
 import math
 import os
+import re
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections import deque
@@ -66,7 +67,9 @@ from torch import Tensor, nn
 
 from sgt_core.artifacts import ArtifactError, atomic_path
 from sgt_core.errors import ConfigError, DatasetError, SGTError
+from sgt_core.lifeline import end_with, parent_death_signal
 from sgt_core.numerics import NonFiniteLossError
+from sgt_core.progress import current_position, note_position
 from sgt_core.train.sync_batch_norm import SyncBatchNorm1d
 
 log = logging.getLogger(__name__)
@@ -74,14 +77,24 @@ log = logging.getLogger(__name__)
 LAUNCH_DIR = "_distributed"  # inside the stage's folder while the ranks run; removed before it is published
 LAUNCH_FILE = "launch.json"
 RESULT_FILE = "result.json"
+HEAR_S = 0.5  # how long an interrupted torchrun has to end by itself before it is interrupted
+STOP_GRACE_S = 10.0  # how long it then has to stop its ranks before SIGKILL (the flow waits 15 s for the stage)
 LOG_MARK = "sgt-rank-log "  # a rank's log record on its stderr, re-emitted by `launch` under its logger
 # Errors a rank raises that the stage re-raises as the same type (one line for the CLI, no traceback).
 USER_ERRORS = {cls.__name__: cls for cls in (SGTError, ConfigError, DatasetError, NonFiniteLossError, ArtifactError)}
 ORDER, SAMPLING, DROPOUT = 0, 1, 2  # the random streams of an epoch
 
 
-class DistributedTrainingError(RuntimeError):
-    """A rank failed with an unexpected error, or torchrun ended without a result."""
+class DistributedTrainingError(SGTError):
+    """A rank failed, was killed, or torchrun ended without a result: one line, `train: rank R of W <what>`.
+
+    Attributes:
+        details: the failing rank's traceback and torchrun's last lines, for the stage's log (not the terminal).
+    """
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details
 
 
 def world_size(options: dict) -> int:
@@ -128,20 +141,6 @@ def rank_environment(nproc_per_node: int) -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": str(max(1, cores // nproc_per_node)), "OMP_WAIT_POLICY": "PASSIVE"}
 
 
-def _parent_death_signal():
-    """A function that, run in torchrun's process before it starts, SIGTERMs it when the stage's process dies.
-
-    The flow stops a stage by terminating its process, which ends without running Python's cleanup;
-    torchrun's agent stops its ranks on SIGTERM. Linux's prctl(PR_SET_PDEATHSIG), looked up here, before
-    the fork: between fork and exec only the call itself runs. None elsewhere.
-    """
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    return lambda: prctl(1, signal.SIGTERM)
-
-
 def launch(rank_main: Callable[[dict, dict[str, Path], Path], dict], cfg: dict, inputs: dict[str, Path],
            out_dir: Path) -> dict:
     """Trains on `world_size` ranks through torchrun and returns rank 0's metrics; rank 0 wrote the files.
@@ -176,6 +175,12 @@ def launch(rank_main: Callable[[dict, dict[str, Path], Path], dict], cfg: dict, 
         if returncode == 0 and result.is_file():
             return json.loads(result.read_text())
         raise _rank_error(folder, returncode, tail, world)
+    except KeyboardInterrupt:
+        rank_zero = folder / "rank0.error.json"
+        position = json.loads(rank_zero.read_text()).get("position") if rank_zero.is_file() else None
+        if position:  # the epoch rank 0 was at: what the interrupt names
+            note_position(*position)
+        raise
     finally:
         shutil.rmtree(folder)
 
@@ -231,8 +236,9 @@ def _run(command: list[str], environment: dict[str, str]) -> tuple[int, list[str
     """Runs torchrun, re-emitting the ranks' log records here; returns its exit status and last other lines."""
     tail: deque[str] = deque(maxlen=80)
     # Between fork and exec only the prctl call runs: no lock another thread could hold is taken.
+    # torchrun gets SIGTERM if this process dies without cleaning up (killed): its agent then stops the ranks.
     process = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, bufsize=1, preexec_fn=_parent_death_signal())  # noqa: PLW1509
+                               text=True, bufsize=1, preexec_fn=parent_death_signal())  # noqa: PLW1509
     try:
         for line in process.stdout:
             line = line.rstrip("\n")
@@ -243,26 +249,88 @@ def _run(command: list[str], environment: dict[str, str]) -> tuple[int, list[str
                 log.debug("torchrun: %s", line)  # the launcher's own lines; tracebacks are in the error files
                 tail.append(line)
         return process.wait(), list(tail)
-    except BaseException:
-        process.terminate()
-        process.wait()
+    except BaseException as error:
+        _stop(process, interrupted=isinstance(error, KeyboardInterrupt))
         raise
 
 
+def _stop(process: subprocess.Popen, interrupted: bool) -> None:
+    """Stops torchrun; after an interrupt as Ctrl-C does, so that its agent passes SIGINT on to the ranks
+    and rank 0 reports the epoch it was at. A Ctrl-C in the terminal reached them all already: torchrun is
+    given a moment to end by itself first. SIGKILL after `STOP_GRACE_S`."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if interrupted and main_thread else None
+    try:  # communicate() reads what the ranks still write, so that none blocks on a full pipe
+        if not interrupted:
+            process.terminate()
+        elif not _ends_within(process, HEAR_S):
+            process.send_signal(signal.SIGINT)
+        if not _ends_within(process, STOP_GRACE_S):
+            process.kill()
+            process.communicate()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _ends_within(process: subprocess.Popen, seconds: float) -> bool:
+    try:
+        process.communicate(timeout=seconds)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
+
+
+# A failed rank in torchrun's closing report: its global rank and exit code (negative: the signal that ended it).
+_FAILED_RANK = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+# Signals torchrun's agent and an interrupt stop the ranks with: a rank ended so was not the first to fail.
+_STOPPING_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def killed_ranks(tail: list[str]) -> dict[int, str]:
+    """The ranks torchrun reports ended by a signal other than its own stopping ones, with the signal's name."""
+    killed = {}
+    for rank, code in _FAILED_RANK.findall("\n".join(tail)):
+        if int(code) < 0 and -int(code) not in _STOPPING_SIGNALS:
+            killed[int(rank)] = signal_name(-int(code))
+    return killed
+
+
+def signal_name(number: int) -> str:
+    """SIGKILL for 9; the number itself for one Python does not name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def _rank_error(folder: Path, returncode: int, tail: list[str], world: int) -> Exception:
-    """The error to raise for a failed run: the first user-facing rank error, else the lowest rank's."""
-    reports = sorted((json.loads(path.read_text()) for path in folder.glob("rank*.error.json")),
-                     key=lambda report: (report["type"] not in USER_ERRORS, report["rank"]))
-    if not reports:
+    """The error to raise for a failed run, naming the rank that failed first.
+
+    A user-facing error (bad configuration, a non-finite loss) is raised as its own type. Otherwise a rank
+    killed by a signal (SIGKILL: often the kernel's out-of-memory killer) comes first: the others' errors
+    (a peer's closed connection) follow from it; then the earliest report of a rank's own exception.
+    """
+    reports = [json.loads(path.read_text()) for path in folder.glob("rank*.error.json")]
+    user = sorted((report for report in reports if report["type"] in USER_ERRORS), key=lambda report: report["rank"])
+    if user:
+        return USER_ERRORS[user[0]["type"]](user[0]["message"])
+    launcher = "torchrun's last lines:\n" + "\n".join(tail)
+    killed = {rank: name for rank, name in killed_ranks(tail).items()
+              if rank not in {report["rank"] for report in reports}}
+    if killed:
+        rank = min(killed)
+        hint = " (often the kernel's out-of-memory killer)" if killed[rank] == "SIGKILL" else ""
+        return DistributedTrainingError(f"train: rank {rank} of {world} was killed by {killed[rank]}{hint}; the other "
+                                        "ranks were stopped and nothing was kept", launcher)
+    if reports:
+        report = min(reports, key=lambda report: (report.get("time", 0.0), report["rank"]))
         return DistributedTrainingError(
-            f"train: torchrun ended with status {returncode} and no rank reported an error (a rank killed by a "
-            f"signal, often for lack of memory?); its last lines:\n" + "\n".join(tail))
-    report = reports[0]
-    if report["type"] in USER_ERRORS:
-        return USER_ERRORS[report["type"]](report["message"])
-    log.error("train: rank %d of %d failed:\n%s", report["rank"], world, report["traceback"])
-    return DistributedTrainingError(f"train: rank {report['rank']} of {world} failed: {report['type']}: "
-                                    f"{report['message']}")
+            f"train: rank {report['rank']} of {world} failed: {report['type']}: {report['message']}",
+            f"rank {report['rank']}'s traceback:\n{report['traceback']}\n{launcher}")
+    return DistributedTrainingError(
+        f"train: torchrun ended with status {returncode} and no rank reported an error (a rank killed by a "
+        f"signal, often for lack of memory?)", launcher)
 
 
 # --- in each rank ------------------------------------------------------------------------------------------
@@ -404,6 +472,7 @@ def main(argv: list[str]) -> None:
     """One rank, started by torchrun: `python -m sgt_core.train.distributed <launch.json>`."""
     launch_file = Path(argv[0])
     rank = int(os.environ.get("RANK", "0"))
+    end_with()  # its parent, torchrun's agent: killed outright, it cannot stop its ranks
     root = logging.getLogger()
     root.handlers[:] = [_JsonLines(rank)]
     root.setLevel(logging.INFO if rank == 0 else logging.WARNING)  # progress once, warnings from all
@@ -417,8 +486,10 @@ def main(argv: list[str]) -> None:
             with atomic_path(launch_file.parent / RESULT_FILE) as partial:
                 partial.write_text(json.dumps(metrics))
     except BaseException as error:  # noqa: BLE001 - every failure is reported to the stage's process
+        if isinstance(error, KeyboardInterrupt):
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the report short
         report = {"rank": rank, "type": type(error).__name__, "message": str(error),
-                  "traceback": traceback.format_exc()}
+                  "traceback": traceback.format_exc(), "time": time.time(), "position": current_position()}
         (launch_file.parent / f"rank{rank}.error.json").write_text(json.dumps(report))
         raise SystemExit(1) from None
 

@@ -23,6 +23,7 @@ from sgt_core.preprocess.interaction_graph import InteractionGraph
 from sgt_core.preprocess.outputs import INTERACTION_GRAPH_FILE
 from sgt_core.progress import Progress
 from sgt_core.sampling.degrees import sampled_degree_histograms
+from sgt_core.sampling.reach import warn_if_batches_reach_the_graph
 from sgt_core.seeding import seed_everything
 from sgt_core.tasks import BestEpoch
 from sgt_core.train.device import resolve_device
@@ -111,6 +112,11 @@ def _fit(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device:
     train_units, val_units, test_units = (training.units(masks[split]) for split in ("train", "val", "test"))
     evaluation = {"val": (val_units, masks["val"]), "test": (test_units, masks["test"])}
     val_targets, test_targets = training.targets(val_units, masks["val"]), training.targets(test_units, masks["test"])
+    if graph.num_graphs == 1 and (ranks is None or ranks.rank == 0):
+        # once: a batch setting that makes an epoch cost many full-graph ones (batches of whole graphs
+        # read only their own graphs, so this is one large graph's question)
+        warn_if_batches_reach_the_graph(graph.num_nodes, graph.edge_index.shape[1], train_units.numel(),
+                                        train.batch_size, cfg["model"]["degrees"], cfg["model"]["local_top_k"] or 0)
     if ranks is not None:
         ranks.check_split("training", train_units, 2)
         ranks.check_split("evaluation", torch.cat([val_units, test_units]), 1)

@@ -127,6 +127,47 @@ def test_same_size_damage_is_found_by_checksum_before_a_stage_reads_it(store, ca
     assert stage_states(verify=True)["preprocess"]["cached"]
 
 
+def test_a_final_result_swapped_for_another_runs_file_of_the_same_size_is_recomputed(store, capsys, caplog):
+    """The train stage's result is the run's final one: no later stage reads it, so sizes alone used to let
+    another run's checkpoint of the same shape be served with this run's metrics."""
+    model = folder_of(store, "train") / MODEL_FILE
+    status, output = run_cli(capsys, "run", *TINY_OVERRIDES, "optimizer.lr=0.02")  # another run's train
+    assert status == 0, output
+    others = [path for path in (store / "train").iterdir() if path.name != model.parent.name
+              and not path.name.startswith(".")]
+    (other,) = others
+    assert (other / MODEL_FILE).stat().st_size == model.stat().st_size
+    assert (other / MODEL_FILE).read_bytes() != model.read_bytes()
+    model.write_bytes((other / MODEL_FILE).read_bytes())
+    assert stage_states()["train"]["cached"]  # sizes only: `sgt stages` cannot tell
+    assert "checksum" in stage_states(verify=True)["train"]["damage"]
+    set_aside = set((store / "train").glob(f"{CORRUPT_PREFIX}*"))  # earlier tests' damaged folders
+
+    with caplog.at_level(logging.WARNING, logger="sgt_core.artifacts"):
+        status, output = run_cli(capsys, "run", *TINY_OVERRIDES)
+    assert status == 0, output
+    assert ran(output, "train") and not ran(output, "export")
+    warnings = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
+    assert len(warnings) == 1 and "model.pt's checksum differs" in warnings[0] and "moved it to" in warnings[0]
+    (aside,) = set((store / "train").glob(f"{CORRUPT_PREFIX}{model.parent.name}-*")) - set_aside
+    assert (aside / MODEL_FILE).read_bytes() == (other / MODEL_FILE).read_bytes()
+    assert stage_states(verify=True)["train"]["cached"]
+
+
+def test_sgt_scores_refuses_damaged_scores_of_the_same_size(store, capsys):
+    layer = folder_of(store, "export") / SCORES_DIR / "layer_1.parquet"
+    data = bytearray(layer.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    layer.write_bytes(bytes(data))
+    status, output = run_cli(capsys, "scores", *TINY_OVERRIDES)
+    assert status == 2
+    (line,) = [line for line in output.splitlines() if line.startswith("error:")]
+    assert "layer_1.parquet's checksum differs" in line and "the next `sgt run` moves it aside" in line
+    status, output = run_cli(capsys, "run", *TINY_OVERRIDES)  # a cache hit on the reported scores: verified
+    assert status == 0 and ran(output, "export"), output
+    assert run_cli(capsys, "scores", *TINY_OVERRIDES)[0] == 0
+
+
 def test_an_unreadable_input_names_the_file_and_the_override_that_rebuilds_it(tmp_path):
     preprocess = tmp_path / "preprocess"
     preprocess.mkdir()

@@ -8,6 +8,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from flows.pipeline import sgt_pipeline
+from flows.stage_log import LOGS_FOLDER
 from flows.tracking import PLOTS_DIR, Tracker
 from sgt_core.artifacts import METRICS_FILE
 from sgt_core.config import STAGE_NAMES
@@ -133,8 +134,10 @@ def test_multirun_over_seeds_summarises(prefect_server, tmp_path, capsys):
 def test_computing_runs_log_the_files_their_stage_declares(pipeline):
     _, first, client, _ = pipeline
     for name, run in children(client, first["run_id"]).items():
-        logged = {artifact.path for artifact in client.list_artifacts(run.info.run_id)} - {PLOTS_DIR}
+        logged = {artifact.path for artifact in client.list_artifacts(run.info.run_id)} - {PLOTS_DIR, LOGS_FOLDER}
         assert logged == set(STAGE_BY_NAME[name].logged), name
+        (log_file,) = client.list_artifacts(run.info.run_id, LOGS_FOLDER)  # the stage's own log
+        assert log_file.path == f"{LOGS_FOLDER}/{run.info.run_id}.log"
 
 
 def test_a_failed_background_upload_fails_the_pipeline(pipeline, monkeypatch):

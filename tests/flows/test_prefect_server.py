@@ -8,6 +8,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from flows import prefect_server
+from sgt_core.errors import SGTError
 
 
 class _Health(BaseHTTPRequestHandler):
@@ -28,48 +29,53 @@ def answering_server():
     server.shutdown()
 
 
-def test_find_uses_a_server_that_answers(answering_server, monkeypatch):
+@pytest.fixture
+def no_temporary_server(monkeypatch) -> list[bool]:
+    """Records a temporary server's start instead of starting one; nothing configured."""
+    started: list[bool] = []
     monkeypatch.setattr(prefect_server, "configured_api_url", lambda: None)
-    monkeypatch.delenv("PREFECT_API_URL", raising=False)
-    assert prefect_server.choose_prefect_server("find", found=answering_server) is None
-    assert prefect_server.os.environ["PREFECT_API_URL"] == answering_server
+    monkeypatch.setattr(prefect_server, "reap_orphaned_servers", lambda home: [])
+    monkeypatch.setattr(prefect_server.PrefectServer, "_start_temporary", lambda self: started.append(True))
+    return started
 
 
-def test_a_configured_server_comes_first(answering_server, monkeypatch):
+def chosen(policy: str, found: str) -> prefect_server.PrefectServer:
+    """The choice made, without `ready()`, which would point this test process's Prefect at it."""
+    server = prefect_server.choose_prefect_server(policy, found=found)
+    server._thread.join()
+    return server
+
+
+def test_find_uses_a_server_that_answers(answering_server, no_temporary_server):
+    assert chosen("find", answering_server).url == answering_server
+    assert no_temporary_server == []
+
+
+def test_a_configured_server_comes_first(answering_server, no_temporary_server, monkeypatch):
     monkeypatch.setattr(prefect_server, "configured_api_url", lambda: "http://127.0.0.1:9/api")
-    monkeypatch.delenv("PREFECT_API_URL", raising=False)
-    assert prefect_server.choose_prefect_server("find", found=answering_server) is None
-    assert "PREFECT_API_URL" not in prefect_server.os.environ  # left to Prefect's own settings
+    assert chosen("find", answering_server).url is None  # left to Prefect's own settings
+    assert no_temporary_server == []
 
 
-def test_a_server_that_does_not_answer_is_not_used(monkeypatch):
+def test_a_server_that_does_not_answer_is_not_used(no_temporary_server):
     """Nothing listens on the port: the health check fails at once and a temporary server is started."""
+    assert chosen("find", "http://127.0.0.1:9/api").url is None
+    assert no_temporary_server == [True]
+
+
+def test_a_failed_start_is_one_error_when_the_run_needs_the_server(monkeypatch):
+    """The start runs on a thread of its own: its failure is raised, as one line, where the run waits for
+    the server, never printed as a thread's traceback."""
     monkeypatch.setattr(prefect_server, "configured_api_url", lambda: None)
-    monkeypatch.delenv("PREFECT_API_URL", raising=False)
-    started = []
-    monkeypatch.setattr(prefect_server, "_start_temporary_server", lambda: started.append(True))
-    thread = prefect_server.choose_prefect_server("find", found="http://127.0.0.1:9/api")
-    thread.join()
-    assert started == [True] and "PREFECT_API_URL" not in prefect_server.os.environ
+    monkeypatch.setattr(prefect_server, "reap_orphaned_servers", lambda home: [])
 
+    def fail(self):
+        raise RuntimeError("no port left\nmore detail")
 
-def test_a_failed_background_start_is_logged_not_raised_in_its_thread(monkeypatch, caplog):
-    """The early start only gives the flow a head start: when Prefect's server does not come up (a busy
-    machine past its startup timeout), the thread logs it and ends cleanly, and the flow's own start of
-    the same server instance is where a lasting failure is reported."""
-    from prefect.server.api.server import SubprocessASGIServer
-
-    def time_out(self, timeout=None):
-        raise RuntimeError("Timed out while attempting to connect to ephemeral Prefect API server.\nstdout: ...")
-
-    monkeypatch.setattr(prefect_server, "configured_api_url", lambda: None)
-    monkeypatch.delenv("PREFECT_API_URL", raising=False)
-    monkeypatch.setattr(SubprocessASGIServer, "start", time_out)
+    monkeypatch.setattr(prefect_server.PrefectServer, "_start_temporary", fail)
     uncaught = []
     monkeypatch.setattr(threading, "excepthook", uncaught.append)
-    with caplog.at_level("WARNING", logger="sgt"):
-        thread = prefect_server.choose_prefect_server("temporary")
-        thread.join()
+    server = prefect_server.choose_prefect_server("temporary")
+    with pytest.raises(SGTError, match="Prefect's temporary server: could not be started .RuntimeError: no port left"):
+        server.ready()
     assert uncaught == []
-    assert ("Prefect's temporary server did not start in the background (Timed out while attempting to connect "
-            "to ephemeral Prefect API server.); the flow starts it again") in caplog.messages

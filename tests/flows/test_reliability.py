@@ -5,17 +5,20 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
+from mlflow.tracking import MlflowClient
 
 from flows.cli import main
 from sgt_core.artifacts import MANIFEST_FILE
 from sgt_core.data.minesweeper import generate_minesweeper
 from tests.conftest import TINY_MODEL, TINY_OVERRIDES
+from tests.flows.cli_process import CliProcess, rank_process, session_env
 
 
 @pytest.fixture(autouse=True)
@@ -79,6 +82,57 @@ def test_a_non_finite_loss_stops_the_stage_with_one_error_and_writes_nothing(
                                *TINY_MODEL)
     assert status == 0, err
     assert "test_roc_auc = " in out
+
+
+def test_report_text_and_json_agree_on_each_stage_of_a_failed_run(prefect_server, artifacts_dir, tmp_path, capfd):
+    dataset = write_npz(tmp_path / "huge.npz", features_scale=1e30)  # estimate fails at epoch 0
+    assert run_cli(capfd, "run", "dataset=npz", f"dataset.path={dataset}", *TINY_MODEL)[0] == 2
+
+    status, text, _ = run_cli(capfd, "report")
+    assert status == 0
+    status, as_json, _ = run_cli(capfd, "report", "--json")
+    assert status == 0
+    report = json.loads(as_json)
+    expected = {"preprocess": "ran", "estimate": "failed", "export": "missing", "train": "missing"}
+    assert {stage["stage"]: stage["state"] for stage in report["stages"]} == expected
+    timings = text.split("timings")[1].split("artifacts:")[0]
+    for stage, state in expected.items():  # the text says what the JSON says, stage by stage
+        assert re.search(rf"^\s+{stage}\s+{state}\b", timings, re.MULTILINE), text
+    assert report["status"] == "FAILED" and "(failed, started" in text
+
+
+# --- a failed DDP rank ---------------------------------------------------------------------------------------
+
+DDP = [*(o for o in TINY_OVERRIDES if not o.startswith("train.epochs=")), "train.epochs=400", "train.batch_size=16",
+       "train.distributed.nproc_per_node=2"]
+
+
+def test_a_killed_ddp_rank_is_one_error_line_and_its_details_go_to_the_stage_log(prefect_server, tmp_path):
+    artifacts = tmp_path / "artifacts"
+    cli = CliProcess(["run", *DDP], session_env(artifacts), tmp_path / "run.log")
+    try:
+        cli.wait_for_line("train epoch 1/400")  # rank 0 is training
+        cli.wait_for(lambda: rank_process(cli, 1) is not None, "rank 1")
+        rank_process(cli, 1).kill()
+        status = cli.finish()
+    finally:
+        if cli.process.poll() is None:
+            cli.kill_all()
+    output = cli.output()
+    assert status == 2, output[-3000:]
+    (line,) = error_lines(output)
+    assert line.startswith("error: train: rank 1 of 2 was killed by SIGKILL"), line
+    assert "Traceback" not in output, output[-3000:]
+    log_file = Path(line.split("the stage's log: ")[1])
+    details = log_file.read_text()
+    assert "train failed: DistributedTrainingError: train: rank 1 of 2 was killed by SIGKILL" in details
+    assert "rank      : 1 (local_rank: 1)" in details and "exitcode  : -9" in details  # torchrun's report
+    assert not list((artifacts / "train").glob(".*")) and not complete_folders(artifacts, "train")
+
+    client = MlflowClient(f"sqlite:///{artifacts / 'mlflow.db'}")
+    (train,) = client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.`sgt.stage` = 'train'")
+    assert train.info.status == "FAILED" and train.data.tags["sgt.log_file"] == str(log_file)
+    assert [a.path for a in client.list_artifacts(train.info.run_id, "logs")] == [f"logs/{log_file.name}"]
 
 
 # --- degenerate labels ------------------------------------------------------------------------------------
