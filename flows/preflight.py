@@ -65,14 +65,35 @@ def check_writable(folder: Path) -> None:
                        f"{MIN_FREE_BYTES >> 20} MiB to start)")
 
 
+# The files a folder dataset must hold ({name} stands for a TU folder's own name).
+FOLDER_FILES = {
+    "zinc": ("valid.txt", "test.txt", "subset_val.index", "subset_test.index", "subset_train.index",
+             "subset_reference_targets.csv", "vocabulary.json"),
+    "tu": ("{name}_A.txt", "{name}_graph_indicator.txt", "{name}_graph_labels.txt"),
+}
+# Datasets whose full load takes tens of seconds (RDKit over every molecule, a generated set of millions of
+# edges): the run checks their files here and leaves their content to the preprocess stage, which reports a
+# bad molecule in the same one line and caches nothing, rather than loading them twice.
+LOADED_BY_THE_STAGE = ("zinc", "molecules", "ogb", "sbm_pattern", "sbm_cluster")
+
+
 def check_dataset_files(dataset: dict) -> None:
     """The dataset's files exist and parse, as its loader will read them: an .npz archive (`dataset.path`),
-    or the node and edge tables (every CSV row against its header, every Parquet file's footer). Generated
+    the node and edge tables (every CSV row against its header, every Parquet file's footer), a folder
+    dataset's files (ZINC's, a TU set's), a SMILES table's header and the files its keys name. Generated
     datasets have none, PyG's are checked when loaded (`check_run`)."""
+    if dataset["name"] in ("zinc", "tu", "molecules"):
+        check_named_files(dataset)
     if dataset["name"] == "parquet":
-        from sgt_core.data.tables import check_table_files  # DuckDB and Arrow, no torch
+        from sgt_core.data.tables import EDGE_KEYS, NODE_KEYS, check_table_files, table_files  # no torch
 
-        check_table_files(dataset["nodes"], dataset["edges"])
+        nodes, edges = dataset["nodes"], dataset["edges"]
+        if nodes.get("graph_id") is None:  # one graph: its tables as load_tables reads them
+            check_table_files({k: v for k, v in nodes.items() if k in NODE_KEYS},
+                              {k: v for k, v in edges.items() if k in EDGE_KEYS})
+        else:  # many graphs: their three tables' files (their content is checked as they are loaded)
+            for table in ("nodes", "edges", "graphs"):
+                table_files(table, (dataset.get(table) or {}).get("path"))
     elif dataset["name"] == "npz":
         path = Path(os.path.abspath(Path(dataset["path"]).expanduser()))
         if path.is_dir():
@@ -88,6 +109,34 @@ def check_dataset_files(dataset: dict) -> None:
             raise DatasetError(f"{path}: not a valid .npz archive ({error})") from None
 
 
+def check_named_files(dataset: dict) -> None:
+    """The files and folders the dataset's keys name exist; a folder holds its dataset's files; a SMILES
+    table's header names its SMILES and label columns."""
+    for key in ("path", "train_smiles", "split_file"):
+        if isinstance(dataset.get(key), str) and not Path(dataset[key]).exists():
+            raise DatasetError(f"{Path(dataset[key]).resolve()}: no such file or folder (dataset.{key})")
+    folder = Path(dataset["path"])
+    if dataset["name"] in FOLDER_FILES:
+        if not folder.is_dir():
+            raise DatasetError(f"{folder.resolve()}: not a folder (dataset.path of dataset={dataset['name']})")
+        for pattern in FOLDER_FILES[dataset["name"]]:
+            if not (folder / pattern.format(name=folder.name)).is_file():
+                raise DatasetError(f"{(folder / pattern.format(name=folder.name)).resolve()}: no such file")
+    if dataset["name"] == "molecules":
+        import csv
+        import gzip
+
+        try:
+            with (gzip.open if folder.suffix == ".gz" else open)(folder, "rt", newline="") as handle:
+                header = next(csv.reader(handle), [])
+        except (OSError, UnicodeDecodeError, csv.Error) as error:
+            raise DatasetError(f"{folder.resolve()}: cannot read its header ({error})") from None
+        wanted = [dataset.get("smiles_column", "smiles"), *(dataset.get("label_columns") or [])]
+        missing = [column for column in wanted if column not in header]
+        if missing:
+            raise DatasetError(f"{folder.resolve()}: no column {missing[0]!r}; its columns are {', '.join(header)}")
+
+
 def check_run(cfg: dict) -> dict:
     """Checks a composed config and its dataset before any stage runs or any run is recorded; returns it."""
     from flows.locations import tracking_uri
@@ -97,7 +146,7 @@ def check_run(cfg: dict) -> dict:
     keys = stage_keys(cfg)
     tracking_uri(cfg)  # an object-store artifacts root needs an MLflow store named elsewhere
     store = open_store(cfg["paths"]["artifacts"])
-    if cfg["stage"] in ("all", "preprocess") and not (
+    if cfg["stage"] in ("all", "preprocess") and cfg["dataset"]["name"] not in LOADED_BY_THE_STAGE and not (
         cfg["stage"] == "all" and store.is_complete("preprocess", keys["preprocess"])
     ):
         from sgt_core.data import load_dataset  # here: its loaders take seconds to import

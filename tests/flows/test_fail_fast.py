@@ -45,10 +45,20 @@ def broken_tables(folder: Path) -> list[str]:
             "dataset.nodes.split=null"]
 
 
-@pytest.mark.parametrize("case", ["missing npz", "unreadable csv", "unwritable artifacts"])
+@pytest.mark.parametrize("case", ["missing npz", "unreadable csv", "unwritable artifacts", "missing zinc folder",
+                                  "tu folder without its files", "smiles table without its label column"])
 def test_bad_input_is_answered_before_torch_or_prefect_is_imported(tmp_path, case):
     artifacts = tmp_path / "artifacts"
+    (tmp_path / "EMPTY").mkdir()
+    (tmp_path / "molecules.csv").write_text("smiles,active\nCCO,1\n")
     arguments, expected = {
+        "missing zinc folder": (["dataset=zinc", f"dataset.path={tmp_path / 'zinc'}"],
+                                f"error: {tmp_path / 'zinc'}: no such file or folder (dataset.path)"),
+        "tu folder without its files": (["dataset=tu", f"dataset.path={tmp_path / 'EMPTY'}"],
+                                        f"error: {tmp_path / 'EMPTY' / 'EMPTY_A.txt'}: no such file"),
+        "smiles table without its label column": (
+            ["dataset=molecules", f"dataset.path={tmp_path / 'molecules.csv'}", "dataset.label_columns=[HIV_active]"],
+            f"error: {tmp_path / 'molecules.csv'}: no column 'HIV_active'; its columns are smiles, active"),
         "missing npz": (["dataset=npz", f"dataset.path={tmp_path / 'missing.npz'}"],
                         f"error: {tmp_path / 'missing.npz'}: no such file"),
         "unreadable csv": (broken_tables(tmp_path),
