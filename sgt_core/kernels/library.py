@@ -24,9 +24,9 @@ SOURCE = Path(__file__).with_name("attention.cpp")
 # CPU, so that an add's rounding never depends on the build. No -ffast-math: it would change exp() and
 # NaN handling; `omp simd` already lets the compiler vectorise the short reductions.
 FLAGS = ["-O3", "-fopenmp", "-ffp-contract=off"]
-# SGT_KERNELS_NATIVE=1 adds -march=native: code for this CPU's vector units (README, "Compiled CPU
-# kernels", says what it buys). Its results differ in the last bits from the portable build's (wider
-# vector sums), so it is a backend of its own in the stages' cache keys.
+# SGT_KERNELS_NATIVE=1 adds -march=native: code for this CPU's vector units (docs/design-notes.md,
+# "Compiled CPU kernels"). Its results differ in the last bits from the portable build's (wider vector
+# sums), so it is a backend of its own in the stages' cache keys.
 NATIVE = "SGT_KERNELS_NATIVE"
 # SGT_CPU_KERNELS=0 turns the compiled kernels off (the torch implementations run instead).
 SWITCH = "SGT_CPU_KERNELS"

@@ -148,8 +148,9 @@ def launch(rank_main: Callable[[dict, dict[str, Path], Path], dict], cfg: dict, 
     Each rank runs `rank_main(cfg, inputs, out_dir)`, a module-level function that ranks import by name.
 
     Raises:
-        The first failing rank's error: an SGTError as its own type (e.g. a non-finite loss), anything
-        else as DistributedTrainingError naming the rank; also when torchrun ends without a result.
+        SGTError: the first failing rank's error, when it is one, as its own type (e.g. a non-finite loss).
+        DistributedTrainingError: the first failing rank's error of any other type, naming the rank; also
+            when torchrun ends without a result.
     """
     distributed = cfg["train"]["distributed"]
     folder = out_dir.resolve() / LAUNCH_DIR
