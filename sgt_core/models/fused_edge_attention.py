@@ -14,12 +14,13 @@ from sgt_core.kernels.library import loaded
 
 # Edges per chunk. Every per-edge intermediate lives for one chunk only, so the transient memory is a
 # few [CHUNK_EDGES, d] tensors (~2 MB each at d = 8) whatever the graph's size, and a chunk's working
-# set stays in the CPU caches (on Minesweeper's 389k attention edges this is no slower than whole-graph
-# tensors). Chunks end on destination boundaries, so each node's softmax lies within one chunk.
+# set stays in the CPU caches (measured no slower than whole-graph tensors on Minesweeper,
+# benchmarks/results/2026-11-27-moved-figures.md). Chunks end on destination boundaries, so each node's
+# softmax lies within one chunk.
 CHUNK_EDGES = 1 << 16
 # On CUDA a chunk is one launch of each kernel, not a cache-sized piece: at the CPU's sizes the wide
-# network's epoch on a 10^5-node graph was ~25,000 launches, launch-bound (an H200 busy 73 ms of a 300 ms
-# epoch). There chunks are sized by bytes: one [items, d] intermediate of at most this many bytes, so the
+# network's epoch is tens of thousands of launches and the GPU waits on them (figures in
+# benchmarks/results/2026-11-27-moved-figures.md). There chunks are sized by bytes: one [items, d] intermediate of at most this many bytes, so the
 # transient memory stays a few of them (~1.5 GB at most) whatever the graph's size.
 CUDA_CHUNK_BYTES = 1 << 28
 
