@@ -1,4 +1,7 @@
-"""`sgt tune`: the tuning loop, an Optuna study whose trials are pipeline runs nested in one MLflow run."""
+"""`sgt tune`: the tuning loop, an Optuna study whose trials are pipeline runs nested in one MLflow run.
+
+One concept, kept in one file although it is long: the study, from its search space to the best trial's preset.
+"""
 
 from __future__ import annotations
 
