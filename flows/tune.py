@@ -185,7 +185,7 @@ def selection_metric(cfg: dict, tune: TuneConfig) -> str:
     one, else from loading it (what the run's checks do anyway)."""
     if tune.metric is not None:
         return tune.metric
-    from sgt_core.artifacts import open_store
+    from sgt_core.object_store import open_store
     from sgt_core.pipeline import stage_keys
 
     store, key = open_store(cfg["paths"]["artifacts"]), stage_keys(cfg)["preprocess"]

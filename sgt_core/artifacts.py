@@ -282,12 +282,3 @@ def process_exists(pid: int) -> bool:
 def is_url(location: str | Path) -> bool:
     """Whether an artifacts root is an object-store URL (`s3://bucket/prefix`) rather than a folder."""
     return "://" in str(location)
-
-
-def open_store(root: str | Path) -> ArtifactStore:
-    """The artifact store at `root`: a folder (local or a shared file system) or an fsspec URL (`s3://bucket/prefix`)."""
-    if is_url(root):
-        from sgt_core.object_store import ObjectArtifactStore  # fsspec: only for an object store
-
-        return ObjectArtifactStore(str(root))
-    return ArtifactStore(Path(root))

@@ -19,6 +19,7 @@ from sgt_core.artifacts import (
     ArtifactError,
     ArtifactStore,
     checksum,
+    is_url,
     private_name,
     read_upstream,
     staging_folder,
@@ -26,6 +27,13 @@ from sgt_core.artifacts import (
 from sgt_core.errors import SGTError
 
 log = logging.getLogger(__name__)
+
+
+def open_store(root: str | Path) -> ArtifactStore:
+    """The artifact store at `root`: a folder (local or a shared file system) or an fsspec URL (`s3://bucket/prefix`)."""
+    if is_url(root):
+        return ObjectArtifactStore(str(root))
+    return ArtifactStore(Path(root))
 
 
 def object_cache_root() -> Path:

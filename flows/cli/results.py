@@ -51,10 +51,10 @@ def add_report_parser(commands) -> None:
 
 
 def command_scores(overrides: list[str], path: str | None) -> int:
-    from sgt_core.artifacts import open_store
     from sgt_core.config import compose_config
     from sgt_core.export.outputs import SCORES_DIR
     from sgt_core.export.summary import format_summary, summarise_scores
+    from sgt_core.object_store import open_store
     from sgt_core.pipeline import stage_keys
 
     if path is None:

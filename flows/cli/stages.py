@@ -45,10 +45,10 @@ def stage_files() -> dict[str, tuple[str, ...]]:
 def command_stages(overrides: list[str], as_json: bool, verify: bool = False) -> int:
     import json
 
-    from sgt_core.artifacts import open_store
     from sgt_core.config import compose_config
+    from sgt_core.object_store import open_store
     from sgt_core.pipeline import stage_keys
-    from sgt_core.train.outputs import kept_results
+    from sgt_core.train.kept_results import kept_results
 
     cfg = compose_config(overrides)
     store = open_store(cfg["paths"]["artifacts"])
@@ -101,7 +101,7 @@ def cache_entry(store, folder: str, key: str, patterns: tuple[str, ...], verify:
 
 
 def kept_entry(cfg: dict, store, result, preprocess: dict, verify: bool) -> dict | None:
-    """Where the train stage keeps `result` (a `sgt_core.train.outputs.KeptResult`), and whether it is there;
+    """Where the train stage keeps `result` (a `sgt_core.train.kept_results.KeptResult`), and whether it is there;
     None when the configuration does not use it.
 
     Its key is known once the preprocess stage's result is here to read.

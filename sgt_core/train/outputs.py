@@ -1,11 +1,7 @@
-"""The files the train stage writes into its folder, and the results it keeps beside the stages' folders:
-declared here once, read by every stage and tool."""
+"""The files the train stage writes into its folder, and those it keeps beside the stages' folders: declared
+here once, read by every stage and tool (`sgt_core.train.kept_results` describes the latter for `sgt stages`)."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 
 MODEL_FILE = "model.pt"  # the wide network's checkpoint (best epoch)
 HISTORY_FILE = "history.json"  # one row per epoch: loss and validation metrics
@@ -16,33 +12,3 @@ SAMPLED_DEGREES_FILE = "sampled_degrees.json"  # per-layer histograms of the sam
 # options only, so a train stage that changes any other option (a tuning trial, every rank of a DDP run) reads them.
 PROPAGATION = "propagation"
 ROWS_FILE = "rows.pt"
-
-
-@dataclass(frozen=True)
-class KeptResult:
-    """A result the train stage keeps in the artifact store outside its own folder, at
-    `<paths.artifacts>/<folder>/<key>/`, shared by every train stage that needs the same one. Its key is
-    known once the preprocess stage's result is there to read."""
-
-    name: str  # its entry in `sgt stages --json`
-    description: str  # what `sgt stages` calls it
-    folder: str
-    files: tuple[str, ...]  # its main files, as glob patterns inside its folder
-    needed: Callable[[dict], bool]  # whether the configuration's train stage uses it
-    key: Callable[[dict, Path], str]  # its key, from the configuration and the preprocess stage's folder
-
-
-def kept_results() -> tuple[KeptResult, ...]:
-    """Every result the train stage may keep beside the stages' folders."""
-    return (KeptResult("propagation_rows", "the train stage's top-k propagation rows (model.local_top_k)",
-                       PROPAGATION, (ROWS_FILE,), _uses_top_k_rows, _top_k_rows_key),)
-
-
-def _uses_top_k_rows(cfg: dict) -> bool:
-    return cfg["model"]["local_top_k"] is not None
-
-
-def _top_k_rows_key(cfg: dict, preprocess_dir: Path) -> str:
-    from sgt_core.train.propagation_rows import stored_key  # torch: only once a key is asked for
-
-    return stored_key(cfg, preprocess_dir)

@@ -9,10 +9,11 @@ from pathlib import Path
 import torch
 import xxhash
 
-from sgt_core.artifacts import ArtifactStore, fingerprint, open_store
+from sgt_core.artifacts import ArtifactStore, fingerprint
 from sgt_core.code_version import code_version
 from sgt_core.config.model import ModelConfig
 from sgt_core.layers import PropagationRows
+from sgt_core.object_store import open_store
 from sgt_core.preprocess.interaction_graph import GRAPH_EDGE_TYPE, InteractionGraph
 from sgt_core.preprocess.outputs import INTERACTION_GRAPH_FILE
 from sgt_core.sampling.propagation import appnp_top_k
