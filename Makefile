@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 
 # The C++ CPU kernels, built now rather than by the first stage that needs them (about a minute, cached
 # under ~/.cache/sgt/kernels); a failed build is not fatal, the torch kernels then run.
-$(KERNELS): $(STAMP) sgt_core/kernels/attention.cpp
+$(KERNELS): $(STAMP) $(wildcard sgt_core/kernels/*.cpp sgt_core/kernels/*.h)
 	$(BIN)/python -m sgt_core.kernels.build || true
 	touch $(KERNELS)
 

@@ -193,7 +193,7 @@ def _operators():
     torch.library.register_kernel("sgt::edges_by_source", None, _edges_by_source_torch)
     torch.library.register_kernel("sgt::edge_attention", None, _edge_attention_torch)
     torch.library.register_kernel("sgt::edge_attention_backward", None, _edge_attention_backward_torch)
-    if not loaded():  # the C++ library registers its own (attention.cpp, "Autograd")
+    if not loaded():  # the C++ library registers its own (sgt_core/kernels/autograd.cpp, "Autograd")
         torch.library.register_autograd("sgt::edge_attention", _backward, setup_context=_setup_context)
     return ops
 

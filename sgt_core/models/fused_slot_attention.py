@@ -178,7 +178,7 @@ def _operators():
     ops = operators()
     torch.library.register_kernel("sgt::slot_attention", None, _slot_attention_torch)
     torch.library.register_kernel("sgt::slot_attention_backward", None, _slot_attention_backward_torch)
-    if not loaded():  # the C++ library registers these itself (attention.cpp, "Autograd")
+    if not loaded():  # the C++ library registers these itself (sgt_core/kernels/autograd.cpp, "Autograd")
         torch.library.register_kernel("sgt::projected_slot_attention", None, _projected_slot_attention)
         torch.library.register_autograd("sgt::slot_attention", _backward_slots, setup_context=_setup_slots)
         torch.library.register_autograd("sgt::projected_slot_attention", _backward_projected,
