@@ -38,7 +38,7 @@ orchestration=pools sends there, until Ctrl-C. Without --pool: every pool of con
 (with the overrides), by default sgt-cpu (preprocess, estimate, export) and sgt-gpu (train).
 On another machine: install SGT there (or use the sgt:cpu / sgt:cuda image), then point the worker at the
 same Prefect server; stages reach the same MLflow store and artifacts through the locations the run sends
-(an MLflow tracking server, and a shared file system or an s3:// artifacts URL; see the README). Examples:
+(an MLflow tracking server, and a shared file system or an s3:// artifacts URL; see docs/operations/work-pools.md). Examples:
   sgt workers                               # sgt-cpu and sgt-gpu here, on the server of `make ui`
   sgt workers --pool sgt-cpu --api-url http://127.0.0.1:4300/api
   PREFECT_API_URL=http://head-node:4200/api sgt workers --pool sgt-gpu   # on the GPU machine
