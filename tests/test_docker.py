@@ -121,9 +121,9 @@ def published_ports(service: dict) -> list[tuple[str, int, int]]:
     return published
 
 
-def readme_containers() -> str:
-    text = (REPO_ROOT / "README.md").read_text()
-    return text[text.index("## Containers"):].split("\n## ", 1)[0]
+def containers_page() -> str:
+    """The documentation's page on containers (docs/operations/containers.md), which users follow."""
+    return (REPO_ROOT / "docs" / "operations" / "containers.md").read_text()
 
 
 def service_running(services: dict, program: list[str]) -> str:
@@ -132,9 +132,9 @@ def service_running(services: dict, program: list[str]) -> str:
     return name
 
 
-def test_the_services_the_readme_starts_exist(services):
-    """`docker compose up` starts what the README says it does; the GPU profile adds the workers it names."""
-    section = readme_containers()
+def test_the_services_the_docs_start_exist(services):
+    """`docker compose up` starts what the containers page says it does; the GPU profile adds the workers it names."""
+    section = containers_page()
     started = re.search(r"docker compose -f docker/compose.yaml up --build\s+#\s*(.+)", section).group(1)
     default = {name for name, service in services.items() if "profiles" not in service}
     assert default == {name.strip() for name in started.split(",")}
@@ -163,9 +163,9 @@ def test_sgt_commands_parse_and_workers_serve_the_stages_pools(services):
     assert stage_pools <= cpu_only, (stage_pools, served)
     gpu_pools = {pool for name, pools in served.items() if "profiles" in services[name] for pool in pools}
     assert gpu_pools and gpu_pools <= default_pools | {"sgt-gpu"}, gpu_pools
-    # The README's `SGT_TRAIN_POOL=sgt-gpu` sends train to a pool a GPU worker serves.
+    # The containers page's `SGT_TRAIN_POOL=sgt-gpu` sends train to a pool a GPU worker serves.
     moved = compose_config(["orchestration=pools", "orchestration.pools.train=sgt-gpu"])["orchestration"]["pools"]
-    assert "SGT_TRAIN_POOL=sgt-gpu" in readme_containers() and moved["train"] in gpu_pools
+    assert "SGT_TRAIN_POOL=sgt-gpu" in containers_page() and moved["train"] in gpu_pools
     # A DDP node's rendezvous host is a GPU worker's hostname.
     for name in by_command.get("ddp-node", []):
         host, port = parsed[name].rdzv_endpoint.split(":")
@@ -194,7 +194,7 @@ def test_the_servers_commands_are_real_commands(services):
 
 def test_published_ports_are_the_ports_the_servers_listen_on(services):
     """Each published port forwards to the port the service's command listens on and its health check polls,
-    binds 127.0.0.1 only, and the README's UI addresses are the published host ports."""
+    binds 127.0.0.1 only, and the containers page's UI addresses are the published host ports."""
     published = {}
     for name, service in services.items():
         for address, host_port, container_port in published_ports(service):
@@ -203,7 +203,7 @@ def test_published_ports_are_the_ports_the_servers_listen_on(services):
             health = " ".join(service["healthcheck"]["test"])
             assert f"127.0.0.1:{container_port}/" in health, (name, health)
             published[name] = host_port
-    section = readme_containers()
+    section = containers_page()
     ui = {label: int(port) for label, port in re.findall(r"- (\w+) UI: http://127\.0\.0\.1:(\d+)", section)}
     mlflow, prefect = service_running(services, ["mlflow", "server"]), service_running(services, ["prefect"])
     assert published == {mlflow: ui["MLflow"], prefect: ui["Prefect"]}
@@ -270,9 +270,9 @@ def test_stages_write_their_artifacts_to_one_shared_volume(compose, services, mo
         assert source in declared and not read_only, name
         sources.add((source, written))
         env = " ".join(arguments for keyword, arguments in instructions(dockerfile_of(service)) if keyword == "ENV")
-        assert f"SGT_ARTIFACTS={written}" in env, name  # `docker run -v ...:{written}` as the README does
+        assert f"SGT_ARTIFACTS={written}" in env, name  # `docker run -v ...:{written}` as the containers page does
     [(source, written)] = sources
-    assert f"-v sgt_{source}:{written}" in readme_containers()
+    assert f"-v sgt_{source}:{written}" in containers_page()
     # The pipeline logs MLflow artifacts as file URIs under $SGT_ARTIFACTS/mlruns: the server shows them only
     # if it sees the same volume at the same path.
     mlflow = services[service_running(services, ["mlflow", "server"])]
@@ -281,8 +281,8 @@ def test_stages_write_their_artifacts_to_one_shared_volume(compose, services, mo
     assert volume_mounts(services["postgres"])["/var/lib/postgresql/data"][0] in declared  # postgres:17's PGDATA
 
 
-def test_datasets_are_mounted_where_the_readme_points_dataset_path(services):
-    examples = re.findall(r"dataset\.path=(/[\w/.-]+)", readme_containers())
+def test_datasets_are_mounted_where_the_docs_point_dataset_path(services):
+    examples = re.findall(r"dataset\.path=(/[\w/.-]+)", containers_page())
     assert examples
     for name, service in sgt_services(services).items():
         mounts = volume_mounts(service)
