@@ -177,7 +177,7 @@ def run_one(store: ArtifactStore, preset: str, variant: str, seed: int, epochs: 
         **{f"{name}_peak_mb": results[name]["peak_rss_mb"] for name in STAGE_NAMES},
         "parameters": parameter_count(store.path("train", keys["train"])),
         "interaction_edges": preprocess.get("num_edges"), "num_graphs": preprocess.get("num_graphs"),
-        "device": train.get("device", "cpu"),
+        "device": train.get("device", "cpu"), "load_average": round(os.getloadavg()[0], 1),
         "stand_in": " | ".join(stand_in_notes(preprocess)),
     }
 
@@ -310,8 +310,9 @@ def graph_level_report(rows: list[dict], machine: str) -> str:
     if any(key[1] in ABLATIONS for key in groups):
         lines += ["", "## Component ablations", "",
                   ("Each component added alone to graph edges only (no expander, virtual nodes, LPE, anchors, tokens "
-                  "or local branch), and all of them; the rest of the preset unchanged."), "",
-                  *variant_table(groups, ABLATIONS, "graph_only", "added"), "",
+                  "or local branch), and all of them; the rest of the preset unchanged; `preset` is the preset "
+                  "as it is."), "",
+                  *variant_table(groups, {**ABLATIONS, "preset": SAMPLING["preset"]}, "graph_only", "added"), "",
                   "Published directions to compare with:", "", *(f"- {text}" for text in ABLATION_REFERENCES)]
     if any(key[1] in SAMPLING and key[1] != "preset" for key in groups):
         lines += ["", "## Spexphormer's two-stage recipe on many small graphs", "",
@@ -332,10 +333,14 @@ def graph_level_report(rows: list[dict], machine: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def machine_line() -> str:
+def machine_line(rows: list[dict] | None = None) -> str:
+    """The machine, and the 1-minute load average when the rows finished (the CPU is often shared)."""
     gpu = gpu_model()
+    loads = [r["load_average"] for r in rows or [] if r.get("load_average") is not None]
+    load = (f"1-minute load average {min(loads):.1f} to {max(loads):.1f} as the rows finished" if loads else
+            f"1-minute load average {os.getloadavg()[0]:.1f} at the end")
     return (f"Machine: {os.cpu_count()} CPU cores ({cpu_model()}), torch {torch.__version__}, "
-            f"{torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.1f} at the end; "
+            f"{torch.get_num_threads()} threads; {load}; "
             + (f"the train stage ran on {gpu}." if gpu else "no GPU: every stage ran on the CPU."))
 
 
@@ -346,7 +351,7 @@ def write_graph_report(out: Path, rows: list[dict]) -> None:
         writer.writeheader()
         writer.writerows(rows)
     with atomic_path(out / "graph_level.md") as partial_md:
-        partial_md.write_text(graph_level_report(rows, machine_line()))
+        partial_md.write_text(graph_level_report(rows, machine_line(rows)))
 
 
 def chosen_variants(preset: str, variants: list[str] | None) -> list[str]:
@@ -367,12 +372,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                         help="further Hydra overrides for every run, e.g. dataset.num_graphs=200 (labelled)")
     parser.add_argument("--out", default=str(REPO / "artifacts" / "bench"))
+    parser.add_argument("--report", action="store_true", help="only rewrite graph_level.md from graph_level.csv")
     args = parser.parse_args(argv)
     out, store = open_benchmark_store(args.out, "the graph-level benchmark")
     path = out / "graph_level.csv"
     previous = read_rows(path, TEXT_COLUMNS) if path.is_file() else []
     # Earlier rows stay (a narrowed run adds to the report); one measured again replaces its old row.
     measured = {(r["preset"], r["variant"], r["seed"], r["budget"]): r for r in previous}
+    if args.report:
+        args.presets = []
     for preset in args.presets:
         seeds = args.folds if dataset_of(preset) in TU_FOLDERS else args.seeds
         for variant in chosen_variants(preset, args.variants):
