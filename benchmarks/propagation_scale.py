@@ -29,7 +29,7 @@ import torch
 from benchmarks.preprocess_scale import random_graph, reset_peak
 from benchmarks.run import REPO, cpu_model
 from flows.memory import status_mb
-from sgt_core.artifacts import open_store
+from sgt_core.object_store import open_store
 from sgt_core.sampling import propagation
 from sgt_core.train.propagation_rows import PROPAGATION, ROWS_FILE, kept_top_k
 

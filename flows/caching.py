@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sgt_core.artifacts import open_store
+from sgt_core.object_store import open_store
 from sgt_core.pipeline import Stage, StageResult
 
 

@@ -12,8 +12,9 @@ from flows.flow_runs import claim_flow_run, crash_flow_runs_of_dead_processes
 from flows.interrupts import begin_run, in_stage, is_interrupt
 from flows.stage_run import run_stage
 from flows.tracking import Tracker
-from sgt_core.artifacts import ArtifactStore, fingerprint, open_store
+from sgt_core.artifacts import ArtifactStore, fingerprint
 from sgt_core.config import STAGE_NAMES, compose_config
+from sgt_core.object_store import open_store
 from sgt_core.pipeline import STAGES, stage_keys, stage_material
 
 log = logging.getLogger("sgt")

@@ -21,8 +21,9 @@ from prefect import flow, runtime
 
 from flows.stage_run import run_stage
 from flows.tracking import WORKER_TAG, Tracker
-from sgt_core.artifacts import fingerprint, open_store
+from sgt_core.artifacts import fingerprint
 from sgt_core.errors import SGTError
+from sgt_core.object_store import open_store
 from sgt_core.pipeline import STAGE_BY_NAME, STAGES, stage_material
 
 log = logging.getLogger("sgt")

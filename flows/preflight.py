@@ -140,7 +140,7 @@ def check_named_files(dataset: dict) -> None:
 def check_run(cfg: dict) -> dict:
     """Checks a composed config and its dataset before any stage runs or any run is recorded; returns it."""
     from flows.locations import tracking_uri
-    from sgt_core.artifacts import open_store
+    from sgt_core.object_store import open_store
     from sgt_core.pipeline import stage_keys
 
     keys = stage_keys(cfg)
@@ -157,7 +157,7 @@ def check_run(cfg: dict) -> dict:
 
 def fully_cached(cfg: dict) -> bool:
     """Whether the run will compute nothing: every stage's artifact is in the store under its key."""
-    from sgt_core.artifacts import open_store
+    from sgt_core.object_store import open_store
     from sgt_core.pipeline import STAGES, stage_keys
 
     if cfg["stage"] != "all":

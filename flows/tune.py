@@ -1,4 +1,7 @@
-"""`sgt tune`: the tuning loop, an Optuna study whose trials are pipeline runs nested in one MLflow run."""
+"""`sgt tune`: the tuning loop, an Optuna study whose trials are pipeline runs nested in one MLflow run.
+
+One concept, kept in one file although it is long: the study, from its search space to the best trial's preset.
+"""
 
 from __future__ import annotations
 
@@ -182,7 +185,7 @@ def selection_metric(cfg: dict, tune: TuneConfig) -> str:
     one, else from loading it (what the run's checks do anyway)."""
     if tune.metric is not None:
         return tune.metric
-    from sgt_core.artifacts import open_store
+    from sgt_core.object_store import open_store
     from sgt_core.pipeline import stage_keys
 
     store, key = open_store(cfg["paths"]["artifacts"]), stage_keys(cfg)["preprocess"]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 
+from flows.process_groups import first_to_exit, stop
 from sgt_core.errors import SGTError
 
 DEFAULT_PREFECT_PORT = 4200
@@ -60,26 +61,6 @@ def wait_until_up(name: str, process: subprocess.Popen, health_url: str, timeout
     raise SGTError(f"{name}: no answer at {health_url} after {timeout_s:.0f} s")
 
 
-def signal_group(process: subprocess.Popen, signum: int) -> None:
-    try:
-        os.killpg(process.pid, signum)
-    except ProcessLookupError:
-        pass  # the whole group has exited
-
-
-def stop(processes: dict[str, subprocess.Popen]) -> None:
-    """SIGTERM to each server's process group (MLflow's workers and job consumers included), then SIGKILL."""
-    for process in processes.values():
-        signal_group(process, signal.SIGTERM)
-    for process in processes.values():
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-        signal_group(process, signal.SIGKILL)  # whatever of the group outlived a clean shutdown
-        process.wait()
-
-
 def serve_ui(prefect_port: int, mlflow_port: int, tracking_uri: str) -> None:
     """Starts both servers, prints their addresses, and keeps them up until Ctrl-C or SIGTERM."""
     if tracking_uri.startswith("sqlite:///"):
@@ -107,9 +88,7 @@ def serve_ui(prefect_port: int, mlflow_port: int, tracking_uri: str) -> None:
             "Ctrl-C stops both.",
             flush=True,
         )
-        while all(process.poll() is None for process in processes.values()):
-            time.sleep(1)
-        stopped = next(name for name, process in processes.items() if process.poll() is not None)
+        stopped = first_to_exit(processes)
         raise SGTError(f"{stopped}: exited with status {processes[stopped].returncode}")
     except KeyboardInterrupt:
         print("\nstopping the Prefect server and the MLflow UI", flush=True)

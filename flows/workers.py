@@ -7,10 +7,9 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from flows.ui import stop
+from flows.process_groups import first_to_exit, stop
 from sgt_core.errors import SGTError
 
 
@@ -44,9 +43,7 @@ def run_workers(pools: list[str], api_url: str, name: str | None = None) -> None
             processes[pool] = subprocess.Popen(command, env=worker_environment(api_url), start_new_session=True)
             print(f"worker {command[-1]} on the work pool {pool} (Prefect API {api_url})", flush=True)
         print("Ctrl-C stops them.", flush=True)
-        while all(process.poll() is None for process in processes.values()):
-            time.sleep(1)
-        ended = next(pool for pool, process in processes.items() if process.poll() is not None)
+        ended = first_to_exit(processes)
         raise SGTError(f"the worker on the work pool {ended} exited with status {processes[ended].returncode}")
     except KeyboardInterrupt:
         print("\nstopping the workers", flush=True)

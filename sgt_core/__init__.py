@@ -11,7 +11,7 @@ import os
 # stage process, torchrun rank and `sgt` command, which import sgt_core first or inherit it, not in a
 # process that loaded torch before importing sgt_core. Set MKL_CBWR yourself to choose otherwise. The
 # remaining misses are MKL's own threading; MKL_NUM_THREADS=1 removes them but is left to the user, since
-# it made the train stage 1.9x slower at 10^5 nodes (README, "Repeatable arithmetic").
+# it slows the train stage on large graphs considerably (docs/design-notes.md, "Repeatable arithmetic").
 os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
 __version__ = "0.1.0"

@@ -1,10 +1,8 @@
-"""Stage artifacts: cache keys, atomic writes, and lookups under `<root>/<stage>/<key>/`, on disk or in an object store."""
+"""Stage artifacts: cache keys, atomic writes, checksums and lookups under `<root>/<stage>/<key>/` in a folder
+(`sgt_core.object_store` holds the same in an object store, `sgt_core.code_version` the code part of the keys)."""
 
 from __future__ import annotations
 
-import ast
-import contextlib
-import functools
 import hashlib
 import json
 import logging
@@ -53,102 +51,6 @@ def file_fingerprint(path: Path) -> str:
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
-    return digest.hexdigest()[:16]
-
-
-# The sgt_core folder: the modules a stage imports are looked up, and hashed, under it.
-PACKAGE_ROOT = Path(__file__).resolve().parent
-PACKAGE = PACKAGE_ROOT.name
-# Sources that modules read at run time instead of importing: the C++ kernels that sgt_core/kernels/library.py
-# compiles. Those beside any module of a stage's import closure count as part of its code.
-RUNTIME_SOURCE_SUFFIXES = (".cpp", ".h")
-
-
-def module_file(module: str, root: Path = PACKAGE_ROOT) -> Path | None:
-    """The source file of a dotted sgt_core module under `root` (a package's __init__.py); None if none."""
-    parts = module.split(".")
-    if parts[0] != PACKAGE:
-        return None
-    base = root.joinpath(*parts[1:])
-    for candidate in (base / "__init__.py", base.with_suffix(".py")):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def parent_modules(module: str) -> list[str]:
-    """`a`, `a.b`, `a.b.c` for `a.b.c`: importing a module runs every package above it first."""
-    parts = module.split(".")
-    return [".".join(parts[:end]) for end in range(1, len(parts) + 1)]
-
-
-def imported_names(path: Path, module: str) -> set[str]:
-    """Every dotted name that the source of `module` imports, anywhere in it (stages import lazily in functions).
-
-    `from a import b` yields both `a` and `a.b`, since b may be a submodule; names that are not modules
-    are dropped later, when no file answers them. Relative imports are resolved against `module`.
-    """
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # `from . import x` (level 1) is relative to the package, `..` to its parent
-                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, *([node.module] if node.module else [])])
-            names.add(base)
-            names.update(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
-    return names
-
-
-@functools.cache
-def module_closure(module: str, root: Path = PACKAGE_ROOT) -> tuple[str, ...]:
-    """The sgt_core modules that running `module` can import: itself, its packages and all they import, sorted.
-
-    Found statically, so an import inside a function that a given run skips still counts: the closure may be
-    larger than what one run loads, never smaller.
-    """
-    if module_file(module, root) is None:
-        raise ValueError(f"{module}: no such module under {root}")
-    seen: set[str] = set()
-    pending = [module]
-    while pending:
-        for name in parent_modules(pending.pop()):
-            path = module_file(name, root)
-            if name in seen or path is None:  # known already, or not an sgt_core module (torch, a function)
-                continue
-            seen.add(name)
-            pending.extend(imported_names(path, name))
-    return tuple(sorted(seen))
-
-
-@functools.cache
-def code_files(module: str, root: Path = PACKAGE_ROOT) -> tuple[str, ...]:
-    """Paths (relative to root's parent, sorted) of the sources that running `module` uses.
-
-    Those are the Python files of its import closure and the C sources beside any of them.
-    """
-    files: set[Path] = set()
-    for name in module_closure(module, root):
-        path = module_file(name, root)
-        files.add(path)
-        files.update(beside for beside in path.parent.iterdir() if beside.suffix in RUNTIME_SOURCE_SUFFIXES)
-    return tuple(sorted(path.relative_to(root.parent).as_posix() for path in files))
-
-
-@functools.cache
-def code_version(*modules: str, root: Path = PACKAGE_ROOT) -> str:
-    """Hash of the sources that running `modules` uses (see `code_files`), part of every cache key.
-
-    Each file enters as its relative path and its content's hash, so renaming a file counts too, and the
-    key does not depend on where the checkout lives.
-    """
-    digest = hashlib.sha256()
-    for relative in sorted({path for module in modules for path in code_files(module, root)}):
-        content = hashlib.sha256((root.parent / relative).read_bytes()).hexdigest()
-        digest.update(f"{relative}\0{content}\n".encode())
     return digest.hexdigest()[:16]
 
 
@@ -275,10 +177,10 @@ class ArtifactStore:
         and ours is discarded. An incomplete or damaged folder found at the key is moved to `.corrupt-*`.
         """
         final = self.path(stage, key)
-        with _staging_folder(final) as staging:
+        with staging_folder(final) as staging:
             yield staging
             if replace:
-                retired = final.parent / _private_name(RETIRED_PREFIX, key)
+                retired = final.parent / private_name(RETIRED_PREFIX, key)
                 try:
                     os.rename(final, retired)
                 except FileNotFoundError:  # nothing to replace, or a concurrent forced run moved it
@@ -336,14 +238,14 @@ def atomic_path(path: Path) -> Iterator[Path]:
 
 
 @contextmanager
-def _staging_folder(folder: Path) -> Iterator[Path]:
+def staging_folder(folder: Path) -> Iterator[Path]:
     """Yields a new private folder beside `folder` (its stage's folder first cleared of abandoned ones).
 
     What the caller does with it (rename, upload) happens inside the block; an error removes the folder.
     """
     folder.parent.mkdir(parents=True, exist_ok=True)
     ArtifactStore._remove_abandoned(folder.parent)
-    staging = folder.parent / _private_name(STAGING_PREFIX, folder.name)
+    staging = folder.parent / private_name(STAGING_PREFIX, folder.name)
     staging.mkdir()
     try:
         yield staging
@@ -352,7 +254,7 @@ def _staging_folder(folder: Path) -> Iterator[Path]:
         raise
 
 
-def _private_name(prefix: str, key: str) -> str:
+def private_name(prefix: str, key: str) -> str:
     """`<prefix><key>-<random>-<pid>@<host>`: unique, and naming the process that writes it."""
     return f"{prefix}{key}-{uuid.uuid4().hex[:8]}-{os.getpid()}@{socket.gethostname()}"
 
@@ -380,173 +282,3 @@ def process_exists(pid: int) -> bool:
 def is_url(location: str | Path) -> bool:
     """Whether an artifacts root is an object-store URL (`s3://bucket/prefix`) rather than a folder."""
     return "://" in str(location)
-
-
-def open_store(root: str | Path) -> ArtifactStore:
-    """The artifact store at `root`: a folder (local or a shared file system) or an fsspec URL (`s3://bucket/prefix`)."""
-    if is_url(root):
-        return ObjectArtifactStore(str(root))
-    return ArtifactStore(Path(root))
-
-
-def object_cache_root() -> Path:
-    """Where results read from or written to an object store are kept locally: `$SGT_OBJECT_CACHE`, else
-    `~/.cache/sgt/objects`. Deleting it is safe: results are downloaded again when needed."""
-    return Path(os.environ.get("SGT_OBJECT_CACHE", Path.home() / ".cache" / "sgt" / "objects"))
-
-
-class ObjectArtifactStore(ArtifactStore):
-    """Stage outputs under `<url>/<stage>/<key>/` in an object store, through fsspec (s3://, gs://, ...).
-
-    Object stores have no atomic rename, so the rule "complete only with its manifest" is kept by order:
-    a result is written locally, then every file is uploaded, then `manifest.json` last; a writer killed
-    midway leaves objects without a manifest, which no lookup takes as a result and the next write replaces.
-    A forced re-run deletes the old manifest before anything else. Stages read and write local folders: a
-    result is downloaded (checksums verified) into a local cache keyed by the root URL, once.
-    Credentials and endpoints come from the usual variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-    AWS_ENDPOINT_URL for an S3-compatible server such as MinIO) or fsspec's configuration.
-    """
-
-    def __init__(self, url: str) -> None:
-        import fsspec
-        from fsspec.core import split_protocol
-
-        self.url = url.rstrip("/")
-        protocol, path = split_protocol(self.url)
-        try:
-            self.fs = fsspec.filesystem(protocol)
-        except (ImportError, ValueError) as error:
-            raise SGTError(f"{self.url}: cannot open this object store ({error}); for s3:// install s3fs") from None
-        self.base = path
-        self.root = object_cache_root() / hashlib.sha256(self.url.encode()).hexdigest()[:16]
-        self.cache = self.root
-
-    def _key_path(self, stage: str, key: str) -> str:
-        return f"{self.base}/{stage}/{key}"
-
-    def location(self, stage: str | None = None, key: str | None = None) -> str:
-        return f"{self.url}/{stage}/{key}" if stage else self.url
-
-    def path(self, stage: str, key: str) -> Path:
-        """The local copy's folder (it may not be there yet: `local` downloads it)."""
-        return self.cache / stage / key
-
-    def remote_manifest(self, stage: str, key: str) -> dict | None:
-        """The manifest at the key as the store holds it, None if there is none."""
-        try:
-            return json.loads(self.fs.cat_file(f"{self._key_path(stage, key)}/{MANIFEST_FILE}"))
-        except FileNotFoundError:
-            return None
-
-    def damage(self, stage: str, key: str, checksums: bool = False) -> str | None:
-        """As for a folder: what is wrong with the objects at the key, or None when whole or absent.
-
-        Sizes are those the store lists; checksums are verified on the local copy (downloading it).
-        """
-        prefix = self._key_path(stage, key)
-        try:
-            manifest = self.remote_manifest(stage, key)
-        except (OSError, ValueError) as error:
-            return f"{MANIFEST_FILE} cannot be read ({error})"
-        if manifest is None:
-            return f"no {MANIFEST_FILE} (an incomplete folder)" if self.fs.exists(prefix) else None
-        files = manifest.get("files") if isinstance(manifest, dict) else None
-        if not isinstance(files, dict) or METRICS_FILE not in files:
-            return f"{MANIFEST_FILE} records no file sizes and checksums (written by an older SGT)"
-        sizes = {name.removeprefix(prefix + "/"): info["size"]
-                 for name, info in self.fs.find(prefix, detail=True).items()}
-        for name, record in files.items():
-            if name not in sizes:
-                return f"{name} is missing"
-            if sizes[name] != record["size"]:
-                return f"{name} has {sizes[name]} bytes, the manifest records {record['size']}"
-        if checksums:
-            try:
-                self.local(stage, key)
-            except ArtifactError as error:
-                return str(error)
-        return None
-
-    def is_complete(self, stage: str, key: str, checksums: bool = False) -> bool:
-        return self.remote_manifest(stage, key) is not None and self.damage(stage, key, checksums) is None
-
-    def reuse(self, stage: str, key: str, checksums: bool = False) -> bool:
-        problem = self.damage(stage, key, checksums)
-        if problem is None:
-            return self.remote_manifest(stage, key) is not None
-        log.warning("%s: the cached result %s is damaged (%s); recomputing", stage, self.location(stage, key), problem)
-        return False
-
-    def quarantine(self, stage: str, key: str) -> None:
-        """Deletes the objects at the key (an object store cannot move them aside in one step)."""
-        prefix = self._key_path(stage, key)
-        if self.fs.exists(prefix):
-            self.fs.rm(prefix, recursive=True)
-
-    def metrics(self, stage: str, key: str) -> dict:
-        return read_upstream(self.local(stage, key), stage, METRICS_FILE, lambda path: json.loads(path.read_text()))
-
-    def manifest(self, stage: str, key: str) -> dict:
-        return read_upstream(self.local(stage, key), stage, MANIFEST_FILE, lambda path: json.loads(path.read_text()))
-
-    def local(self, stage: str, key: str) -> Path:
-        """The local copy of the result at the key, downloaded and checksum-verified unless already there."""
-        remote = self.remote_manifest(stage, key)
-        folder = self.path(stage, key)
-        if remote is None:
-            raise ArtifactError(f"{self.location(stage, key)}: no complete result (no {MANIFEST_FILE}); "
-                                f"rebuild it with `sgt run stage={stage}`")
-        manifest_file = folder / MANIFEST_FILE
-        if manifest_file.is_file() and json.loads(manifest_file.read_text()) == remote:
-            return folder
-        with _staging_folder(folder) as staging:
-            for name, record in remote["files"].items():
-                target = staging / name
-                target.parent.mkdir(parents=True, exist_ok=True)
-                self.fs.get_file(f"{self._key_path(stage, key)}/{name}", str(target))
-                if checksum(target) != record["xxh3"]:
-                    raise ArtifactError(f"{self.location(stage, key)}/{name}: its checksum differs from the "
-                                        f"manifest's; rebuild it with `sgt run stage={stage}`")
-            (staging / MANIFEST_FILE).write_text(json.dumps(remote, indent=2))
-            _replace_folder(staging, folder)
-        return folder
-
-    @contextmanager
-    def writing(self, stage: str, key: str, replace: bool = False) -> Iterator[Path]:
-        """Yields a private local folder; on success its files are uploaded, the manifest last.
-
-        Without `replace`, a complete result that a concurrent run uploaded first is kept and ours dropped.
-        The uploaded folder then serves as the local copy.
-        """
-        folder = self.path(stage, key)
-        with _staging_folder(folder) as staging:
-            yield staging
-            prefix = self._key_path(stage, key)
-            if not replace and self.remote_manifest(stage, key) is not None and self.damage(stage, key) is None:
-                shutil.rmtree(staging)  # a concurrent run with the same key finished first
-                return
-            manifest = staging / MANIFEST_FILE
-            try:
-                self.fs.rm_file(f"{prefix}/{MANIFEST_FILE}")  # first: the old result is incomplete from here on
-            except FileNotFoundError:
-                pass
-            if self.fs.exists(prefix):  # an old result's or a killed writer's objects
-                self.fs.rm(prefix, recursive=True)
-            for path in sorted(staging.rglob("*")):
-                if path.is_file() and path != manifest:
-                    self.fs.put_file(str(path), f"{prefix}/{path.relative_to(staging).as_posix()}")
-            self.fs.put_file(str(manifest), f"{prefix}/{MANIFEST_FILE}")  # last: now the result is complete
-            _replace_folder(staging, folder)
-
-
-def _replace_folder(staging: Path, folder: Path) -> None:
-    """Renames `staging` to `folder`, replacing an old folder there (a stale local copy)."""
-    if folder.exists():
-        retired = folder.parent / _private_name(RETIRED_PREFIX, folder.name)
-        with contextlib.suppress(FileNotFoundError):  # a concurrent process retired it first
-            os.rename(folder, retired)
-        shutil.rmtree(retired, ignore_errors=True)
-    try:
-        os.rename(staging, folder)
-    except OSError:  # a concurrent process put its verified copy there first: keep that one
-        shutil.rmtree(staging, ignore_errors=True)

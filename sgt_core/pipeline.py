@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 
 from sgt_core import kernels
-from sgt_core.artifacts import PACKAGE_ROOT, code_files, code_version, file_fingerprint, fingerprint
+from sgt_core.artifacts import file_fingerprint, fingerprint
+from sgt_core.code_version import PACKAGE_ROOT, code_files, code_version
 from sgt_core.errors import ConfigError, DatasetError
 from sgt_core.estimate import outputs as estimate_outputs
 from sgt_core.export import outputs as export_outputs

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
+import json
 import re
 import shlex
 import shutil
 import subprocess
 import sys
 import tomllib
+import typing
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -61,141 +64,260 @@ def volume_mounts(service: dict) -> dict[str, tuple[str, bool]]:
     return mounts
 
 
-SGT_SERVICES = ("serve", "worker-cpu", "worker-gpu", "worker-gpu-2")  # those running the `sgt` image's commands
-GPU_SERVICES = ("worker-gpu", "worker-gpu-2")
+def instructions(dockerfile: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    pairs = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, arguments = line.partition(" ")
+            pairs.append((keyword.upper(), arguments.strip()))
+    return pairs
 
 
-def test_the_stack_has_its_services(services):
-    assert set(services) == {"postgres", "mlflow", "prefect-server", *SGT_SERVICES}
-    for name, service in services.items():
-        assert service.get("profiles") == (["gpu"] if name in GPU_SERVICES else None), name
-    assert services["prefect-server"]["entrypoint"] == ["prefect"]
-    assert services["prefect-server"]["command"][:4] == ["server", "start", "--host", "0.0.0.0"]
-    assert services["postgres"]["image"].startswith("postgres:")
+def dockerfile_of(service: dict) -> Path | None:
+    """The Dockerfile compose builds the service's image from (None: a published image)."""
+    if "build" not in service:
+        return None
+    return (DOCKER_DIR / service["build"]["context"]).resolve() / service["build"]["dockerfile"]
+
+
+def entrypoint_of(service: dict) -> list[str]:
+    """The program the container runs: the service's `entrypoint`, else its Dockerfile's ENTRYPOINT."""
+    if "entrypoint" in service:
+        return service["entrypoint"]
+    dockerfile = dockerfile_of(service)
+    entrypoints = [json.loads(arguments) for keyword, arguments in instructions(dockerfile)
+                   if keyword == "ENTRYPOINT"] if dockerfile else []
+    return entrypoints[-1] if entrypoints else []
+
+
+def sgt_services(services: dict) -> dict:
+    """The services whose containers run the `sgt` CLI, found by their entrypoint, not by name."""
+    return {name: service for name, service in services.items() if entrypoint_of(service) == ["sgt"]}
+
+
+def listening_port(service: dict) -> int:
+    """The port the service's own command listens on (its `--port`); PostgreSQL's image listens on 5432."""
+    if "--port" in service.get("command", []):
+        return int(command_option(service, "--port"))
+    assert service["image"].startswith("postgres:"), f"no --port in {service.get('command')}"
+    return 5432
+
+
+def urls_of(service: dict) -> list:
+    """Every URL in the service's environment and command (split), those that name a host."""
+    values = [*service.get("environment", {}).values(), *service.get("command", [])]
+    return [url for url in map(urlsplit, map(str, values)) if url.scheme and url.hostname]
+
+
+def published_ports(service: dict) -> list[tuple[str, int, int]]:
+    """(host address, host port, container port) of each `address:host:container` entry."""
+    published = []
+    for entry in service.get("ports", []):
+        address, host_port, container_port = entry.split(":")
+        published.append((address, int(host_port), int(container_port)))
+    return published
+
+
+def readme_containers() -> str:
+    text = (REPO_ROOT / "README.md").read_text()
+    return text[text.index("## Containers"):].split("\n## ", 1)[0]
+
+
+def service_running(services: dict, program: list[str]) -> str:
+    """The one service whose entrypoint is `program`."""
+    [name] = [name for name, service in services.items() if entrypoint_of(service) == program]
+    return name
+
+
+def test_the_services_the_readme_starts_exist(services):
+    """`docker compose up` starts what the README says it does; the GPU profile adds the workers it names."""
+    section = readme_containers()
+    started = re.search(r"docker compose -f docker/compose.yaml up --build\s+#\s*(.+)", section).group(1)
+    default = {name for name, service in services.items() if "profiles" not in service}
+    assert default == {name.strip() for name in started.split(",")}
+    gpu = {name for name, service in services.items() if "gpu" in service.get("profiles", [])}
+    assert gpu == set(services) - default and gpu, gpu
+    assert all(f"`{name}`" in section for name in gpu), gpu
 
 
 def test_sgt_commands_parse_and_workers_serve_the_stages_pools(services):
-    """Each service's command is one the `sgt` CLI accepts, and the workers take the pools the stages go to."""
+    """Each `sgt` service's command is one the CLI accepts, and the workers take the pools the stages go to."""
     from flows.cli import build_parser
     from sgt_core.config import compose_config
 
-    parsed = {name: build_parser().parse_args(services[name]["command"]) for name in SGT_SERVICES}
-    assert parsed["serve"].command == "serve" and parsed["serve"].pools
-    stage_pools = compose_config(["orchestration=pools", *parsed["serve"].overrides])["orchestration"]["pools"]
-    cpu_pool, gpu_pool = parsed["worker-cpu"].pool, parsed["worker-gpu"].pool
-    assert (parsed["worker-cpu"].command, parsed["worker-gpu"].command) == ("workers", "workers")
-    # By default every stage, train included, has a worker without the gpu profile; with it train can move.
-    assert set(stage_pools.values()) == set(cpu_pool)
-    assert gpu_pool == [compose_config(["orchestration=pools"])["orchestration"]["pools"]["train"]]
-    # The second GPU worker is the second node of DDP training on the first one: same rendezvous host.
-    assert parsed["worker-gpu-2"].command == "ddp-node"
-    host, port = parsed["worker-gpu-2"].rdzv_endpoint.split(":")
-    assert host == services["worker-gpu"]["hostname"] and int(port) > 0
-    assert services["worker-gpu-2"]["environment"]["CUDA_VISIBLE_DEVICES"] == "1"
+    parsed = {name: build_parser().parse_args(service["command"]) for name, service in sgt_services(services).items()}
+    by_command = {}
+    for name, args in parsed.items():
+        by_command.setdefault(args.command, []).append(name)
+    [serve] = by_command["serve"]
+    assert parsed[serve].pools
+    stage_pools = set(compose_config(["orchestration=pools", *parsed[serve].overrides])["orchestration"]["pools"]
+                      .values())
+    default_pools = set(compose_config(["orchestration=pools"])["orchestration"]["pools"].values())
+    served = {name: set(parsed[name].pool) for name in by_command["workers"]}
+    cpu_only = {pool for name, pools in served.items() if "profiles" not in services[name] for pool in pools}
+    # Every pool a stage is sent to has a worker without a profile; the GPU profile serves one the config knows.
+    assert stage_pools <= cpu_only, (stage_pools, served)
+    gpu_pools = {pool for name, pools in served.items() if "profiles" in services[name] for pool in pools}
+    assert gpu_pools and gpu_pools <= default_pools | {"sgt-gpu"}, gpu_pools
+    # The README's `SGT_TRAIN_POOL=sgt-gpu` sends train to a pool a GPU worker serves.
+    moved = compose_config(["orchestration=pools", "orchestration.pools.train=sgt-gpu"])["orchestration"]["pools"]
+    assert "SGT_TRAIN_POOL=sgt-gpu" in readme_containers() and moved["train"] in gpu_pools
+    # A DDP node's rendezvous host is a GPU worker's hostname.
+    for name in by_command.get("ddp-node", []):
+        host, port = parsed[name].rdzv_endpoint.split(":")
+        [first] = [other for other in by_command["workers"] if services[other].get("hostname") == host]
+        assert served[first] <= gpu_pools and int(port) > 0, (name, first)
 
 
-def build_of(service: dict) -> tuple[Path, Path]:
-    context = (DOCKER_DIR / service["build"]["context"]).resolve()
-    return context, context / service["build"]["dockerfile"]
+def test_the_servers_commands_are_real_commands(services):
+    """MLflow's and Prefect's command lines use options their CLIs have."""
+    from mlflow.cli import server
+
+    mlflow = services[service_running(services, ["mlflow", "server"])]
+    known = {option for parameter in server.params for option in parameter.opts}
+    given = {word for word in mlflow["command"] if word.startswith("--")}
+    assert given <= known, given - known
+
+    from prefect.cli.server import start
+
+    prefect = services[service_running(services, ["prefect"])]
+    assert prefect["command"][:2] == ["server", "start"]
+    known = {name for parameter in inspect.signature(start).parameters.values()
+             for meta in typing.get_args(parameter.annotation)[1:] for name in getattr(meta, "name", None) or ()}
+    given = {word for word in prefect["command"] if word.startswith("--")}
+    assert given and given <= known, given - known
 
 
-def test_images_are_built_from_this_repository(services):
-    expected = {
-        "serve": (REPO_ROOT, DOCKER_DIR / "Dockerfile.cpu"),
-        "worker-cpu": (REPO_ROOT, DOCKER_DIR / "Dockerfile.cpu"),
-        "prefect-server": (REPO_ROOT, DOCKER_DIR / "Dockerfile.cpu"),
-        "worker-gpu": (REPO_ROOT, DOCKER_DIR / "Dockerfile.cuda"),
-        "worker-gpu-2": (REPO_ROOT, DOCKER_DIR / "Dockerfile.cuda"),
-        "mlflow": (DOCKER_DIR, DOCKER_DIR / "Dockerfile.mlflow"),
-    }
-    for name, (context, dockerfile) in expected.items():
-        assert build_of(services[name]) == (context, dockerfile), name
-        assert dockerfile.is_file(), dockerfile
-    # Prefect's server runs the pipeline's own image, so server and client are the same Prefect version.
-    assert services["prefect-server"]["image"] == services["serve"]["image"] == services["worker-cpu"]["image"]
-    assert services["worker-gpu"]["image"] == services["worker-gpu-2"]["image"] != services["worker-cpu"]["image"]
-
-
-def test_published_ports_bind_localhost_only(services):
+def test_published_ports_are_the_ports_the_servers_listen_on(services):
+    """Each published port forwards to the port the service's command listens on and its health check polls,
+    binds 127.0.0.1 only, and the README's UI addresses are the published host ports."""
     published = {}
     for name, service in services.items():
-        for port in service.get("ports", []):
-            assert isinstance(port, str) and port.startswith("127.0.0.1:"), f"{name}: {port!r}"
-            _, host_port, container_port = port.split(":")
-            published[name] = (int(host_port), int(container_port))
-    assert published == {"mlflow": (5000, 5000), "prefect-server": (4200, 4200)}
-    assert command_option(services["mlflow"], "--port") == "5000"
-    assert services["prefect-server"]["command"][-2:] == ["--port", "4200"]
+        for address, host_port, container_port in published_ports(service):
+            assert address == "127.0.0.1", f"{name}: {address}"
+            assert container_port == listening_port(service), name
+            health = " ".join(service["healthcheck"]["test"])
+            assert f"127.0.0.1:{container_port}/" in health, (name, health)
+            published[name] = host_port
+    section = readme_containers()
+    ui = {label: int(port) for label, port in re.findall(r"- (\w+) UI: http://127\.0\.0\.1:(\d+)", section)}
+    mlflow, prefect = service_running(services, ["mlflow", "server"]), service_running(services, ["prefect"])
+    assert published == {mlflow: ui["MLflow"], prefect: ui["Prefect"]}
+    # The browser reaches Prefect's API through the published port, not the container's own address.
+    ui_api = urlsplit(services[prefect]["environment"]["PREFECT_SERVER_UI_API_URL"])
+    assert (ui_api.hostname, ui_api.port, ui_api.path) == ("127.0.0.1", published[prefect], "/api")
 
 
-def test_services_start_once_their_dependencies_are_healthy(services):
-    expected = {
-        "mlflow": {"postgres"},
-        "prefect-server": {"postgres"},
-        **{name: {"mlflow", "prefect-server"} for name in SGT_SERVICES},
-    }
-    for name, dependencies in expected.items():
-        depends_on = services[name]["depends_on"]
-        assert set(depends_on) == dependencies, name
-        for dependency in dependencies:
-            assert depends_on[dependency]["condition"] == "service_healthy", (name, dependency)
-            assert services[dependency]["healthcheck"]["test"][0] in ("CMD", "CMD-SHELL"), dependency
-    assert "pg_isready --host 127.0.0.1" in services["postgres"]["healthcheck"]["test"][1]
-
-
-def test_workers_reach_mlflow_and_prefect_by_service_name(services):
-    for name in SGT_SERVICES:
-        environment = services[name]["environment"]
-        mlflow = urlsplit(environment["MLFLOW_TRACKING_URI"])
-        assert (mlflow.scheme, mlflow.hostname, mlflow.port) == ("http", "mlflow", 5000), name
-        prefect = urlsplit(environment["PREFECT_API_URL"])
-        assert (prefect.scheme, prefect.hostname, prefect.port, prefect.path) == (
-            "http", "prefect-server", 4200, "/api"), name
-    # MLflow refuses Host headers outside --allowed-hosts: the name the workers use must be on the list.
-    assert "mlflow:5000" in command_option(services["mlflow"], "--allowed-hosts").split(",")
-    ui_api = urlsplit(services["prefect-server"]["environment"]["PREFECT_SERVER_UI_API_URL"])
-    assert (ui_api.hostname, ui_api.port, ui_api.path) == ("127.0.0.1", 4200, "/api")
+def test_urls_between_services_reach_a_healthy_service_on_its_port(services):
+    """A URL naming another service uses the port that service listens on, and the caller starts once it is
+    healthy; MLflow accepts the Host header its callers send."""
+    mlflow = service_running(services, ["mlflow", "server"])
+    allowed = command_option(services[mlflow], "--allowed-hosts").split(",")
+    reached = set()
+    for name, service in services.items():
+        for url in urls_of(service):
+            if url.hostname not in services:
+                continue
+            target = services[url.hostname]
+            assert url.port == listening_port(target), (name, url.geturl())
+            assert service["depends_on"][url.hostname]["condition"] == "service_healthy", (name, url.hostname)
+            assert target["healthcheck"]["test"][0] in ("CMD", "CMD-SHELL"), url.hostname
+            if url.hostname == mlflow:
+                assert f"{url.hostname}:{url.port}" in allowed, url.geturl()
+            reached.add(url.hostname)
+    assert reached == set(services) - set(sgt_services(services)), reached
+    for name, service in sgt_services(services).items():  # every `sgt` service tracks and orchestrates
+        hosts = {url.hostname for url in urls_of(service)}
+        assert {mlflow, service_running(services, ["prefect"])} <= hosts, name
 
 
 def test_mlflow_and_prefect_keep_their_state_in_postgres(services):
     postgres = services["postgres"]["environment"]
-    backend = urlsplit(command_option(services["mlflow"], "--backend-store-uri"))
-    assert (backend.scheme, backend.hostname, backend.port) == ("postgresql", "postgres", 5432)
+    mlflow = services[service_running(services, ["mlflow", "server"])]
+    backend = urlsplit(command_option(mlflow, "--backend-store-uri"))
+    assert backend.scheme == "postgresql" and backend.hostname == "postgres"
     assert (backend.username, backend.password) == (postgres["POSTGRES_USER"], postgres["POSTGRES_PASSWORD"])
     assert backend.path == f"/{postgres['POSTGRES_DB']}"
-    assert "--serve-artifacts" in services["mlflow"]["command"]
+    assert "--serve-artifacts" in mlflow["command"]
 
-    prefect = urlsplit(services["prefect-server"]["environment"]["PREFECT_SERVER_DATABASE_CONNECTION_URL"])
-    assert (prefect.scheme, prefect.hostname, prefect.port) == ("postgresql+asyncpg", "postgres", 5432)
+    prefect_server = services[service_running(services, ["prefect"])]
+    prefect = urlsplit(prefect_server["environment"]["PREFECT_SERVER_DATABASE_CONNECTION_URL"])
+    assert prefect.scheme == "postgresql+asyncpg" and prefect.hostname == "postgres"
     assert (prefect.username, prefect.password) == (postgres["POSTGRES_USER"], postgres["POSTGRES_PASSWORD"])
     assert prefect.path == f"/{postgres['PREFECT_DB']}" != backend.path
     # The init script that creates Prefect's database is mounted where the postgres image runs it.
-    source, read_only = volume_mounts(services["postgres"])["/docker-entrypoint-initdb.d/10-prefect-db.sh"]
+    [(source, read_only)] = [mount for target, mount in volume_mounts(services["postgres"]).items()
+                             if target.startswith("/docker-entrypoint-initdb.d/")]
     assert (DOCKER_DIR / source).is_file() and read_only
     assert 'CREATE DATABASE \\"$PREFECT_DB\\"' in (DOCKER_DIR / source).read_text()
 
 
-def test_state_and_artifacts_live_on_named_volumes(compose, services):
+def test_stages_write_their_artifacts_to_one_shared_volume(compose, services, monkeypatch):
+    """Where `sgt` writes (paths.artifacts, from $SGT_ARTIFACTS) is one named, writable volume in every `sgt`
+    service, the one the images' own default points at, and MLflow sees it at the same path."""
+    from sgt_core.config import compose_config
+
     declared = set(compose["volumes"])
-    assert volume_mounts(services["postgres"])["/var/lib/postgresql/data"][0] in declared
-    assert volume_mounts(services["mlflow"])["/mlflow/artifacts"][0] in declared
-    assert command_option(services["mlflow"], "--artifacts-destination") == "/mlflow/artifacts"
-    for name in SGT_SERVICES:  # one shared volume at one path: every worker finds every stage's artifacts
-        artifacts = services[name]["environment"]["SGT_ARTIFACTS"]
-        source, read_only = volume_mounts(services[name])[artifacts]
+    sources = set()
+    for name, service in sgt_services(services).items():
+        monkeypatch.setenv("SGT_ARTIFACTS", service["environment"]["SGT_ARTIFACTS"])
+        written = compose_config([])["paths"]["artifacts"]
+        source, read_only = volume_mounts(service)[written]
         assert source in declared and not read_only, name
-        # The pipeline logs MLflow artifacts as file URIs under $SGT_ARTIFACTS/mlruns: the server shows them
-        # only if it sees the same volume at the same path.
-        assert volume_mounts(services["mlflow"])[artifacts] == (source, True)
+        sources.add((source, written))
+        env = " ".join(arguments for keyword, arguments in instructions(dockerfile_of(service)) if keyword == "ENV")
+        assert f"SGT_ARTIFACTS={written}" in env, name  # `docker run -v ...:{written}` as the README does
+    [(source, written)] = sources
+    assert f"-v sgt_{source}:{written}" in readme_containers()
+    # The pipeline logs MLflow artifacts as file URIs under $SGT_ARTIFACTS/mlruns: the server shows them only
+    # if it sees the same volume at the same path.
+    mlflow = services[service_running(services, ["mlflow", "server"])]
+    assert volume_mounts(mlflow)[written] == (source, True)
+    assert volume_mounts(mlflow)[command_option(mlflow, "--artifacts-destination")][0] in declared
+    assert volume_mounts(services["postgres"])["/var/lib/postgresql/data"][0] in declared  # postgres:17's PGDATA
 
 
-def test_gpu_workers_reserve_nvidia_gpus(services):
-    for name in SGT_SERVICES:
-        if name in GPU_SERVICES:
-            devices = services[name]["deploy"]["resources"]["reservations"]["devices"]
-            assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}], name
+def test_datasets_are_mounted_where_the_readme_points_dataset_path(services):
+    examples = re.findall(r"dataset\.path=(/[\w/.-]+)", readme_containers())
+    assert examples
+    for name, service in sgt_services(services).items():
+        mounts = volume_mounts(service)
+        for example in examples:
+            [folder] = [target for target in mounts if example.startswith(target + "/")]
+            assert mounts[folder][1], f"{name}: the datasets folder {folder} is not read-only"
+
+
+def test_gpu_workers_run_the_cuda_image_with_nvidia_gpus(services):
+    for name, service in sgt_services(services).items():
+        on_gpu = "gpu" in service.get("profiles", [])
+        assert (dockerfile_of(service).name == "Dockerfile.cuda") == on_gpu, name
+        if on_gpu:
+            devices = service["deploy"]["resources"]["reservations"]["devices"]
+            assert [(device["driver"], device["capabilities"]) for device in devices] == [("nvidia", ["gpu"])]
         else:
-            assert "deploy" not in services[name], name
+            assert "deploy" not in service, name
+    # The second DDP node must not see the first node's GPUs (cuda:0 first): it is told which it may use.
+    for name, service in sgt_services(services).items():
+        if service["command"][0] == "ddp-node":
+            assert "0" not in service["environment"]["CUDA_VISIBLE_DEVICES"].split(","), name
+
+
+def test_images_are_built_from_this_repository(services):
+    for name, service in services.items():
+        dockerfile = dockerfile_of(service)
+        if dockerfile is None:
+            continue
+        assert dockerfile.is_file() and dockerfile.parent == DOCKER_DIR, name
+        context = (DOCKER_DIR / service["build"]["context"]).resolve()
+        assert DOCKERFILES[dockerfile.name] == context, name
+    # Prefect's server runs the pipeline's own image, so server and client are the same Prefect version.
+    prefect = services[service_running(services, ["prefect"])]
+    cpu = {service["image"] for service in sgt_services(services).values() if "profiles" not in service}
+    assert cpu == {prefect["image"]}
 
 
 def test_env_example_lists_every_variable_with_its_default():
@@ -212,18 +334,6 @@ def test_env_example_lists_every_variable_with_its_default():
 def test_dockerignore_keeps_local_state_out_of_the_context():
     ignored = set((REPO_ROOT / ".dockerignore").read_text().split())
     assert {"artifacts", "data", ".venv", ".git"} <= ignored
-
-
-def instructions(dockerfile: Path) -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) pairs, continuation lines joined and comments dropped."""
-    text = re.sub(r"\\\n", " ", dockerfile.read_text())
-    pairs = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            keyword, _, arguments = line.partition(" ")
-            pairs.append((keyword.upper(), arguments.strip()))
-    return pairs
 
 
 DOCKERFILES = {  # Dockerfile -> its build context, as compose.yaml builds it
@@ -259,16 +369,23 @@ def test_dockerfile_copies_only_files_that_exist(name):
 @pytest.mark.parametrize("name", ["Dockerfile.cpu", "Dockerfile.cuda"])
 def test_pipeline_images_pin_torch_and_run_sgt(name):
     steps = instructions(DOCKER_DIR / name)
-    assert pinned_versions()["torch"] == "2.13.0"
     [torch_install] = [arguments for keyword, arguments in steps if keyword == "RUN" and "torch==" in arguments]
-    assert torch_install.endswith(" torch==2.13.0")
+    assert torch_install.endswith(f" torch=={pinned_versions()['torch']}")
     # Inside an image PyPI's default wheel is the CUDA build: the CPU image must ask the CPU index for it.
     assert ("--index-url https://download.pytorch.org/whl/cpu" in torch_install) == (name == "Dockerfile.cpu")
-    assert ("ENTRYPOINT", '["sgt"]') in steps
-    # A non-editable install has no conf/ beside sgt_core/: the image must point at its copy.
-    environment = " ".join(arguments for keyword, arguments in steps if keyword == "ENV")
-    assert "SGT_CONF_DIR=/app/conf" in environment and ("COPY", "conf ./conf") in steps
-    assert ("WORKDIR", "/app") in steps
+    # The entrypoint is the project's console script, installed by the image's `pip install .`.
+    [entrypoint] = [json.loads(arguments) for keyword, arguments in steps if keyword == "ENTRYPOINT"]
+    scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert entrypoint[0] in scripts and any(keyword == "RUN" and "pip install" in arguments and arguments.endswith(" .")
+                                            for keyword, arguments in steps)
+    # A non-editable install has no conf/ beside sgt_core/: SGT_CONF_DIR must point at the copy of conf/.
+    environment = dict(re.findall(r"(\w+)=(\S+)", " ".join(arguments for keyword, arguments in steps
+                                                        if keyword == "ENV")))
+    [workdir] = [arguments for keyword, arguments in steps if keyword == "WORKDIR"]
+    [conf_copy] = [arguments.split() for keyword, arguments in steps if keyword == "COPY"
+                   and arguments.split()[0] == "conf"]
+    assert Path(environment["SGT_CONF_DIR"]) == Path(workdir) / conf_copy[1]
+    assert (REPO_ROOT / "conf" / "config.yaml").is_file()
 
 
 def test_mlflow_image_matches_the_pipelines_mlflow():
@@ -304,7 +421,8 @@ def test_compose_accepts_the_file(profile):
     checked = subprocess.run([*config, "--quiet"], check=False, capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stderr
     listed = subprocess.run([*config, "--services"], check=False, capture_output=True, text=True, timeout=60)
-    expected = {"postgres", "mlflow", "prefect-server", "serve", "worker-cpu"} | (set(GPU_SERVICES) if profile else set())
+    ours = interpolate(yaml.safe_load(COMPOSE_FILE.read_text()))["services"]
+    expected = {name for name, service in ours.items() if profile or "profiles" not in service}
     assert set(listed.stdout.split()) == expected
 
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sgt_core.artifacts import imported_names, parent_modules
+from sgt_core.code_version import imported_names, parent_modules
 from tests.conftest import REPO_ROOT
 
 PACKAGES = ("sgt_core", "flows")

@@ -14,7 +14,7 @@ __all__ = ["load_dataset"]
 
 
 def __getattr__(name: str):
-    # Imported on first use: the loaders pull in torch_geometric and scipy (~2 s), which a process that
+    # Imported on first use: the loaders pull in torch_geometric and scipy (seconds of imports), which a process that
     # only reads sgt_core.data.tables (the flow's, computing cache keys) never needs.
     if name == "load_dataset":
         from sgt_core.data.load import load_dataset

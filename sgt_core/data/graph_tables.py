@@ -1,5 +1,8 @@
 """Load a dataset of many graphs brought as node, edge and graph tables (Parquet or CSV files) through DuckDB.
 
+One concept, kept in one file although it is long: the graph-level table form, from its configuration to the
+loaded graphs.
+
 `dataset=parquet` takes this graph-level form when `dataset.nodes.graph_id` names a column; with it null,
 the one-graph form (`sgt_core.data.tables.load_tables`) reads the tables exactly as before. Here:
 

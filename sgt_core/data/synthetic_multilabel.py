@@ -49,7 +49,7 @@ def generate_synthetic_multilabel(
     """One random graph whose T binary node labels depend on the neighbours through the edge features.
 
     The graph has round(N · d / 2) uniformly random undirected edges; node features x are standard normal
-    [N, F], edge features e uniform in [0, 1] [E, Fe] (the same in both directions). Task t draws a gate
+    [N, F], edge features e [E, Fe] uniform in [0, 1] (the same in both directions). Task t draws a gate
     direction w_t (Fe), a neighbour direction u_t and an own direction v_t (F), and scores node i as
 
         s_it = OWN_WEIGHT · x_i·v_t + sum_j g_t(e_ij) · x_j·u_t / sqrt(deg i) + NOISE · noise,

@@ -1,4 +1,8 @@
-"""Load a graph brought as a node table and an edge table (Parquet or CSV files) through DuckDB."""
+"""Load a graph brought as a node table and an edge table (Parquet or CSV files) through DuckDB.
+
+One concept, kept in one file although it is long: the one-graph table form, from checking its files to
+building the graph.
+"""
 
 from __future__ import annotations
 

@@ -147,7 +147,7 @@ def read_attention_scores(scores_dir: Path, edge_index: Tensor, ptr: Tensor | No
     offsets = None if ptr is None else ptr.numpy()
     for layer, path in enumerate(paths):
         # Batch by batch, so reading needs a batch's memory rather than a whole layer's three columns
-        # (Arrow's allocator keeps what it once held: whole tables cost the train stage ~100 MB for good).
+        # (Arrow's allocator keeps what it once held, so whole tables would stay in the train stage's memory).
         reader = pq.ParquetFile(path, pre_buffer=False)
         subset = reader.metadata.num_rows < num_edges
         if subset:

@@ -1,4 +1,5 @@
-"""Builds the `sgt` torch operators' C++ CPU kernels (attention.cpp) once per machine and loads them."""
+"""Builds the `sgt` torch operators' C++ CPU kernels (the sources beside this file, one per operator family) once
+per machine and loads them."""
 
 from __future__ import annotations
 
@@ -17,16 +18,18 @@ import torch
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("attention.cpp")
+KERNEL_DIR = Path(__file__).parent
+# The file whose `m.def` lines hold the operator schemas (`schemas`).
+SCHEMAS = KERNEL_DIR / "schemas.cpp"
 # -O3 as the C kernels had; -fopenmp because at::parallel_for is OpenMP code inlined from ATen's headers
 # (without it the loops run on one thread); the library then shares the libgomp that torch loaded (same
 # soname), so torch.set_num_threads governs it. -ffp-contract=off: no fused multiply-adds, whatever the
 # CPU, so that an add's rounding never depends on the build. No -ffast-math: it would change exp() and
 # NaN handling; `omp simd` already lets the compiler vectorise the short reductions.
 FLAGS = ["-O3", "-fopenmp", "-ffp-contract=off"]
-# SGT_KERNELS_NATIVE=1 adds -march=native: code for this CPU's vector units (README, "Compiled CPU
-# kernels", says what it buys). Its results differ in the last bits from the portable build's (wider
-# vector sums), so it is a backend of its own in the stages' cache keys.
+# SGT_KERNELS_NATIVE=1 adds -march=native: code for this CPU's vector units (docs/design-notes.md,
+# "Compiled CPU kernels"). Its results differ in the last bits from the portable build's (wider vector
+# sums), so it is a backend of its own in the stages' cache keys.
 NATIVE = "SGT_KERNELS_NATIVE"
 # SGT_CPU_KERNELS=0 turns the compiled kernels off (the torch implementations run instead).
 SWITCH = "SGT_CPU_KERNELS"
@@ -70,19 +73,27 @@ def _compiler_version() -> str:
     return completed.stdout
 
 
-def extension_name(source: Path | None = None) -> str:
-    """The build's name: a hash of the source, flags, compiler, torch version and (native builds) the CPU.
+def sources(directory: Path = KERNEL_DIR) -> list[Path]:
+    """The C++ sources compiled together into the library, sorted: every .cpp file in `directory`."""
+    return sorted(directory.glob("*.cpp"))
 
-    An edited source, another compiler or torch, or another CPU for a native build each get a build
-    folder of their own, so a stale library is never loaded.
+
+def extension_name(directory: Path | None = None) -> str:
+    """The build's name: a hash of the sources and headers (names and text) in `directory`, the flags, the
+    compiler, torch's version and (native builds) the CPU.
+
+    An edited, added or renamed source, another compiler or torch, or another CPU for a native build each
+    get a build folder of their own, so a stale library is never loaded.
     """
-    parts = [(source or SOURCE).read_text(), " ".join(flags()), _compiler_version(), torch.__version__,
-             platform.machine(), _cpu_identity() if native() else ""]
+    directory = directory or KERNEL_DIR
+    files = sorted([*directory.glob("*.cpp"), *directory.glob("*.h")])
+    parts = [*(f"{path.name}\0{path.read_text()}" for path in files), " ".join(flags()), _compiler_version(),
+             torch.__version__, platform.machine(), _cpu_identity() if native() else ""]
     return "sgt_kernels_" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
 def build(verbose: bool = False) -> Path:
-    """Compiles attention.cpp (or finds it built) under `cache_dir()` and loads it into this process.
+    """Compiles the kernel sources (or finds them built) under `cache_dir()` and loads it into this process.
 
     torch.utils.cpp_extension builds in a folder of its own per name and holds a lock file there, so
     processes starting together build once and the others wait for that build. Returns the library's path.
@@ -102,7 +113,7 @@ def build(verbose: bool = False) -> Path:
     from torch.utils import cpp_extension
 
     directory.mkdir(parents=True, exist_ok=True)
-    path = cpp_extension.load(name=name, sources=[str(SOURCE)], extra_cflags=flags(), extra_ldflags=["-fopenmp"],
+    path = cpp_extension.load(name=name, sources=[str(path) for path in sources()], extra_cflags=flags(), extra_ldflags=["-fopenmp"],
                               build_directory=str(directory), is_python_module=False, verbose=verbose)
     _loaded = Path(path)
     return _loaded
@@ -136,8 +147,8 @@ def backend() -> str:
 
 
 def schemas(source: Path | None = None) -> list[str]:
-    """The operator schemas, read from the source's `m.def("...")` lines: they are written only there."""
-    return re.findall(r'm\.def\("([^"]+)"\);', (source or SOURCE).read_text())
+    """The operator schemas, read from schemas.cpp's `m.def("...")` lines: they are written only there."""
+    return re.findall(r'm\.def\("([^"]+)"\);', (source or SCHEMAS).read_text())
 
 
 def loaded() -> bool:

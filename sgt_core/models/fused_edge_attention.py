@@ -14,12 +14,13 @@ from sgt_core.kernels.library import loaded
 
 # Edges per chunk. Every per-edge intermediate lives for one chunk only, so the transient memory is a
 # few [CHUNK_EDGES, d] tensors (~2 MB each at d = 8) whatever the graph's size, and a chunk's working
-# set stays in the CPU caches (on Minesweeper's 389k attention edges this is no slower than whole-graph
-# tensors). Chunks end on destination boundaries, so each node's softmax lies within one chunk.
+# set stays in the CPU caches (measured no slower than whole-graph tensors on Minesweeper,
+# benchmarks/results/2026-11-27-moved-figures.md). Chunks end on destination boundaries, so each node's
+# softmax lies within one chunk.
 CHUNK_EDGES = 1 << 16
 # On CUDA a chunk is one launch of each kernel, not a cache-sized piece: at the CPU's sizes the wide
-# network's epoch on a 10^5-node graph was ~25,000 launches, launch-bound (an H200 busy 73 ms of a 300 ms
-# epoch). There chunks are sized by bytes: one [items, d] intermediate of at most this many bytes, so the
+# network's epoch is tens of thousands of launches and the GPU waits on them (figures in
+# benchmarks/results/2026-11-27-moved-figures.md). There chunks are sized by bytes: one [items, d] intermediate of at most this many bytes, so the
 # transient memory stays a few of them (~1.5 GB at most) whatever the graph's size.
 CUDA_CHUNK_BYTES = 1 << 28
 
@@ -192,7 +193,7 @@ def _operators():
     torch.library.register_kernel("sgt::edges_by_source", None, _edges_by_source_torch)
     torch.library.register_kernel("sgt::edge_attention", None, _edge_attention_torch)
     torch.library.register_kernel("sgt::edge_attention_backward", None, _edge_attention_backward_torch)
-    if not loaded():  # the C++ library registers its own (attention.cpp, "Autograd")
+    if not loaded():  # the C++ library registers its own (sgt_core/kernels/autograd.cpp, "Autograd")
         torch.library.register_autograd("sgt::edge_attention", _backward, setup_context=_setup_context)
     return ops
 

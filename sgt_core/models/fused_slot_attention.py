@@ -15,9 +15,9 @@ from sgt_core.models.fused_edge_attention import chunk_items
 
 # Query slots (queries x degree) per chunk: every [slots, D] intermediate lives for one chunk only
 # (1 MB at D = 32), so the transient memory does not grow with the graph or the degree. Small chunks
-# also keep glibc's heap from growing: at 2^16 slots (8 MB intermediates) the Minesweeper preset's
-# train stage peaked at 636 MB, at 2^13 at 521 MB, and was no slower (benchmarks, 2 cores). On CUDA
-# chunks are sized by bytes instead (`chunk_items`).
+# also keep glibc's heap from growing: the Minesweeper preset's train stage peaked lower at 2^13 slots
+# than at 2^16 and was no slower (benchmarks/results/2026-11-27-moved-figures.md). On CUDA chunks are
+# sized by bytes instead (`chunk_items`).
 CHUNK_SLOTS = 1 << 13
 
 # Masked slots get a large finite logit rather than -inf, so a row with no valid neighbour yields
@@ -178,7 +178,7 @@ def _operators():
     ops = operators()
     torch.library.register_kernel("sgt::slot_attention", None, _slot_attention_torch)
     torch.library.register_kernel("sgt::slot_attention_backward", None, _slot_attention_backward_torch)
-    if not loaded():  # the C++ library registers these itself (attention.cpp, "Autograd")
+    if not loaded():  # the C++ library registers these itself (sgt_core/kernels/autograd.cpp, "Autograd")
         torch.library.register_kernel("sgt::projected_slot_attention", None, _projected_slot_attention)
         torch.library.register_autograd("sgt::slot_attention", _backward_slots, setup_context=_setup_slots)
         torch.library.register_autograd("sgt::projected_slot_attention", _backward_projected,

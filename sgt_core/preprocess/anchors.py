@@ -1,5 +1,8 @@
 """AnchorGT's receptive field: k-dominating-set anchors, k-hop pairs and their shortest-path distances.
 
+One concept, kept in one file although it is long: the receptive field R(v) below, its anchors, pairs and
+distances being the parts of one construction.
+
 AnchorGT (Zhu et al., 2024, "AnchorGT: Efficient and Flexible Attention Architecture for Scalable Graph
 Transformers", https://arxiv.org/abs/2405.03481) lets every node v attend to
 

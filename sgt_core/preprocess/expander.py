@@ -1,4 +1,8 @@
-"""Random near-Ramanujan regular expander graphs built from Hamiltonian cycles."""
+"""Random near-Ramanujan regular expander graphs built from Hamiltonian cycles.
+
+One concept, kept in one file although it is long: the expander, from drawing its cycles to checking its
+spectral gap.
+"""
 
 from __future__ import annotations
 

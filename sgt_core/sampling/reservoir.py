@@ -31,7 +31,7 @@ def sample_neighbours(
     the largest neighbourhood and taking one top-k; on skewed graphs (a hub with thousands of
     neighbours) that matrix is huge, so here nodes are grouped by in-degree into power-of-two buckets
     (`padded_buckets`), each padded only to its own width and given one batched top-k.
-    On the CPU the compiled kernel (`sgt::sample_neighbours`, sgt_core/kernels/attention.cpp) does the
+    On the CPU the compiled kernel (`sgt::sample_neighbours`, sgt_core/kernels/sampling.cpp) does the
     same per node with a counter-based generator seeded from `generator`: no padding, and ~20x faster
     than torch's serial Mersenne Twister plus top-k.
 

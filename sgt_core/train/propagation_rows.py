@@ -9,21 +9,20 @@ from pathlib import Path
 import torch
 import xxhash
 
-from sgt_core.artifacts import ArtifactStore, code_version, fingerprint, open_store
+from sgt_core.artifacts import ArtifactStore, fingerprint
+from sgt_core.code_version import code_version
 from sgt_core.config.model import ModelConfig
 from sgt_core.layers import PropagationRows
+from sgt_core.object_store import open_store
 from sgt_core.preprocess.interaction_graph import GRAPH_EDGE_TYPE, InteractionGraph
 from sgt_core.preprocess.outputs import INTERACTION_GRAPH_FILE
 from sgt_core.sampling.propagation import appnp_top_k
+from sgt_core.train.outputs import PROPAGATION, ROWS_FILE
+
+__all__ = ["PROPAGATION", "ROWS_FILE", "ensure_propagation_rows", "kept_top_k", "propagation_key", "propagation_rows",
+           "rows_key", "stored_key"]
 
 log = logging.getLogger(__name__)
-
-# The rows' folder in the artifact store, beside the stages': `<paths.artifacts>/propagation/<key>/`. They are
-# not a stage of the DAG: nothing but the train stage reads them, and they depend on three `model` options
-# only, so a train stage that changes any other option (a tuning trial, every rank of a DDP run) reads them.
-PROPAGATION = "propagation"
-ROWS_FILE = "rows.pt"
-
 
 def graph_edges(graph: InteractionGraph) -> tuple[torch.Tensor, torch.Tensor]:
     """The input graph's own edges (source, target): with the node count, all that the rows depend on."""
@@ -44,13 +43,22 @@ def propagation_key(cfg: dict, graph: InteractionGraph) -> str | None:
     return None if setting is None else rows_key(*graph_edges(graph), graph.num_nodes, *setting)
 
 
+def stored_key(cfg: dict, preprocess_dir: Path) -> str | None:
+    """`propagation_key` of the graph in the preprocess stage's folder: where `sgt stages` looks for the rows."""
+    return None if _setting(cfg) is None else propagation_key(cfg, _load_graph(preprocess_dir))
+
+
 def ensure_propagation_rows(cfg: dict, preprocess_dir: Path) -> None:
     """Computes and keeps the rows unless the store has them, without reading them: what a DDP run's train
     stage does once before its ranks start, so that every rank reads them rather than computing them."""
     setting = _setting(cfg)
     if setting is not None:
-        graph = InteractionGraph.load(Path(preprocess_dir) / INTERACTION_GRAPH_FILE, compact=True)
+        graph = _load_graph(preprocess_dir)
         kept_top_k(open_store(cfg["paths"]["artifacts"]), *graph_edges(graph), graph.num_nodes, *setting, read=False)
+
+
+def _load_graph(preprocess_dir: Path) -> InteractionGraph:
+    return InteractionGraph.load(Path(preprocess_dir) / INTERACTION_GRAPH_FILE, compact=True)
 
 
 def _setting(cfg: dict) -> tuple[int, float, int] | None:

@@ -225,7 +225,7 @@ def test_editing_a_file_of_the_folder_changes_the_cache_key_and_the_experiment_i
 
 
 def test_a_fold_sweep_reports_mean_and_std_over_the_folds(capsys):
-    from flows.cli import print_sweep_summary
+    from flows.cli.run import print_sweep_summary
 
     results = [(["dataset.path=tu/MUTAG", f"dataset.fold={fold}"], {"metrics": {"test_accuracy": accuracy}})
                for fold, accuracy in enumerate([0.8, 0.9, 1.0])]

@@ -9,8 +9,9 @@ from mlflow.tracking import MlflowClient
 
 from flows.cli import main
 from flows.pipeline import sgt_pipeline
-from sgt_core.artifacts import MANIFEST_FILE, ObjectArtifactStore
+from sgt_core.artifacts import MANIFEST_FILE
 from sgt_core.config import STAGE_NAMES
+from sgt_core.object_store import ObjectArtifactStore
 from tests.conftest import TINY_OVERRIDES
 
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed (the [dev] extra has it)")

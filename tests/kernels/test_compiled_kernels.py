@@ -234,15 +234,19 @@ def test_without_the_compiled_kernels_the_same_operators_run_in_torch(environmen
 
 def test_an_edited_source_flags_or_cpu_get_their_own_build(tmp_path, monkeypatch):
     monkeypatch.delenv(library.NATIVE, raising=False)
-    source = tmp_path / "attention.cpp"
-    source.write_text(library.SOURCE.read_text())
-    first = library.extension_name(source)
-    assert library.extension_name(source) == first  # cached: the same name finds the same build
+    for kernel_file in [*library.sources(), *library.KERNEL_DIR.glob("*.h")]:
+        (tmp_path / kernel_file.name).write_text(kernel_file.read_text())
+    first = library.extension_name(tmp_path)
+    assert library.extension_name(tmp_path) == first  # cached: the same name finds the same build
     monkeypatch.setenv(library.NATIVE, "1")
-    assert library.extension_name(source) != first  # -march=native, keyed by this CPU too
+    assert library.extension_name(tmp_path) != first  # -march=native, keyed by this CPU too
     monkeypatch.delenv(library.NATIVE)
-    source.write_text(source.read_text() + "\n// edited\n")
-    assert library.extension_name(source) != first
+    header = tmp_path / "common.h"
+    header.write_text(header.read_text() + "\n// edited\n")  # a header counts as much as a source
+    assert library.extension_name(tmp_path) != first
+    header.write_text(header.read_text().removesuffix("\n// edited\n"))
+    (tmp_path / "edge_attention.cpp").rename(tmp_path / "edges.cpp")  # and a file's name
+    assert library.extension_name(tmp_path) != first
 
 
 def test_the_schemas_are_read_from_the_source_as_registered():

@@ -1,4 +1,7 @@
-"""Matching: finds the instances of DeepGraph's substructure vocabulary in a graph (Appendix C)."""
+"""Matching: finds the instances of DeepGraph's substructure vocabulary in a graph (Appendix C).
+
+One concept, kept in one file although it is long: matching the vocabulary (paths, cycles, stars) in a graph.
+"""
 
 from __future__ import annotations
 

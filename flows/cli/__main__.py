@@ -1,0 +1,7 @@
+"""`python -m flows.cli`: the `sgt` command."""
+
+import sys
+
+from flows.cli import main
+
+sys.exit(main())
