@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 KERNELS := $(VENV)/.kernels
 ARGS ?=
 
-.PHONY: setup run test test-all test-slow test-gpu test-ui ui bench bench-scale scores lint lint-docker docs clean
+.PHONY: setup run test test-all test-slow test-gpu test-ui ui bench bench-graphs gps-zinc bench-scale scores lint lint-docker docs clean
 
 setup: $(STAMP) $(KERNELS)
 
@@ -60,9 +60,27 @@ ui: setup
 
 # Benchmarks on ../shared/datasets: writes artifacts/bench/results.md and results.csv (hours for all of it;
 # narrow it with BENCH_ARGS="--datasets minesweeper --variants spexphormer uniform --seeds 5").
+# Then the graph-level table (`make bench-graphs`) into the same folder and cache; `make bench GRAPH_BENCH=0`
+# leaves it out.
 BENCH_ARGS ?=
+GRAPH_BENCH ?= 1
 bench: setup
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
+	if [ "$(GRAPH_BENCH)" = 1 ]; then $(BIN)/python -m benchmarks.graph_level $(GRAPH_BENCH_ARGS); fi
+
+# Graph-level presets beside the papers, the component ablations and the sampling variants on ZINC and CLUSTER:
+# artifacts/bench/graph_level.md and .csv (the _cpu presets, 4 seeds, 10 folds on TU: many hours on 2 cores).
+# Narrow it: GRAPH_BENCH_ARGS="--presets zinc_cpu --variants preset graph_only --seeds 4"; a smoke run:
+# GRAPH_BENCH_ARGS="--presets zinc_cpu --variants preset --seeds 1 --epochs 1".
+GRAPH_BENCH_ARGS ?=
+bench-graphs: setup
+	$(BIN)/python -m benchmarks.graph_level $(GRAPH_BENCH_ARGS)
+
+# PyG's GPSConv (its ZINC model) against SGT's zinc_cpu preset on the same molecules, batch size and epochs:
+# artifacts/bench/gps_zinc.md. GPS_ARGS="--epochs 2" for a timing, "--preset zinc" for the full budget.
+GPS_ARGS ?=
+gps-zinc: setup
+	$(BIN)/python -m benchmarks.gps_zinc $(GPS_ARGS)
 
 # Every stage on generated graphs of 10^4, 10^5, 10^6 nodes and Amazon2M's size (2.45 M nodes): writes
 # artifacts/bench/scale.md, scale.csv and scale.png; each stage under a 20 GB memory watchdog. Narrow it with
