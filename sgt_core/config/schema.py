@@ -14,7 +14,7 @@ from sgt_core.config.estimator import EstimatorConfig
 from sgt_core.config.export import ExportConfig
 from sgt_core.config.model import ModelConfig
 from sgt_core.config.network import NetworkConfig
-from sgt_core.config.optimizer import AdamWConfig
+from sgt_core.config.optimizer import OptimizerConfig
 from sgt_core.config.orchestration import STAGE_NAMES, OrchestrationConfig
 from sgt_core.config.preprocess import PreprocessConfig
 from sgt_core.config.sampler import SamplerConfig
@@ -61,7 +61,7 @@ class Config(Section):
     export: ExportConfig
     model: ModelConfig
     sampler: SamplerConfig
-    optimizer: AdamWConfig
+    optimizer: OptimizerConfig
     train: TrainConfig
     orchestration: OrchestrationConfig
     tune: TuneConfig

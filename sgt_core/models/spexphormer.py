@@ -160,15 +160,6 @@ class Spexphormer(nn.Module):
         self.readout = GraphReadout(readout, hidden) if readout is not None else None
         self.head = prediction_head(hidden, num_outputs, readout is not None)
 
-    def parameter_groups(self, input_weight_decay: float | None) -> list:
-        """The parameters for the optimiser: all of them, or with `input_weight_decay` the first layer's weight
-        (raw features -> width) as a group with that decay, where GCN and APPNP put their L2, and the rest."""
-        if input_weight_decay is None:
-            return list(self.parameters())
-        projection = self.encoder.features.weight
-        return [{"params": [projection], "weight_decay": input_weight_decay},
-                {"params": [p for p in self.parameters() if p is not projection]}]
-
     @property
     def needs_graph_degree(self) -> bool:
         return self.degree_encoder is not None or self.layers[0].local is not None
