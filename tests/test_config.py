@@ -200,14 +200,15 @@ def _composed_with(key: str, value) -> dict:
     ("preprocess.expander.degre", 4, "preprocess.expander.degre: unknown key; valid keys in preprocess.expander"),
     ("sampler.name", "reservoir", "sampler.name: unknown key; valid keys in sampler: method"),
     ("colour", "blue", "colour: unknown key; valid keys in the config: dataset, estimator"),
-    ("model.local", "gin", "model.local: expected one of none, gcn, sage, gatv2, gine, found 'gin'"),
+    ("model.local", "gin", "model.local: expected one of none, gcn, sage, gatv2, appnp, gine, found 'gin'"),
     ("model.local_aggregation", "max", "model.local_aggregation: expected one of mean, sum"),
     ("model.degree_signal", "yes", "model.degree_signal: must be true or false"),
-    ("model.local_steps", 0, "model.local_steps: must be an integer >= 1, found 0"),
-    ("model.local_teleport", 1.0, "model.local_teleport: must be a number in [0, 1), found 1.0"),
-    # the default branch is sage, which has no propagation steps
-    ("model.local_steps", 3, "model.local_steps: 3 steps, teleport 0.0, top-k None: APPNP's propagation is the gcn"),
-    ("model.local_top_k", 32, "model.local_top_k: 1 steps, teleport 0.0, top-k 32: APPNP's propagation is the gcn"),
+    ("model.local_steps", 0, "model.local_steps: must be null or an integer >= 1, found 0"),
+    ("model.local_teleport", 1.0, "model.local_teleport: must be null or a number in [0, 1), found 1.0"),
+    # the default branch is sage: the appnp branch's keys are refused on it, in one error
+    ("model.local_steps", 3, ("model.local_steps: local_steps=3: only model.local=appnp reads it, but model.local "
+                              "is sage; set it to null or model.local to appnp")),
+    ("model.local_top_k", 32, "model.local_top_k: local_top_k=32: only model.local=appnp reads it"),
     ("model.local_top_k", 0, "model.local_top_k: must be null or an integer >= 1, found 0"),
 ])
 def test_a_bad_value_in_a_group_is_one_error_naming_its_key(key, value, message):
@@ -217,9 +218,26 @@ def test_a_bad_value_in_a_group_is_one_error_naming_its_key(key, value, message)
     assert len(error.value.problems) == 1, str(error.value)
 
 
-def test_propagation_steps_refuse_algorithm_2_batches_without_top_k_rows():
+def test_the_appnp_keys_belong_to_the_appnp_branch_alone():
+    """Set on gcn (one hop, no special case left) they are one error naming all of them; appnp needs its
+    steps and teleport."""
     cfg = _composed_with("model.local", "gcn")
-    cfg["model"]["local_steps"], cfg["train"]["batch_size"] = 10, 256
+    cfg["model"]["local_steps"], cfg["model"]["local_teleport"] = 10, 0.1
+    with pytest.raises(ConfigProblems) as error:
+        validate_config(cfg)
+    assert str(error.value).startswith("model.local_steps: local_steps=10, local_teleport=0.1: only model.local=appnp "
+                                       "reads them, but model.local is gcn"), str(error.value)
+    assert len(error.value.problems) == 1
+    cfg["model"]["local"] = "appnp"
+    validate_config(cfg)
+    cfg["model"]["local_teleport"] = None
+    with pytest.raises(ConfigError, match=r"^model\.local_teleport: model\.local=appnp needs its propagation steps"):
+        validate_config(cfg)
+
+
+def test_propagation_steps_refuse_algorithm_2_batches_without_top_k_rows():
+    cfg = _composed_with("model.local", "appnp")
+    cfg["model"]["local_steps"], cfg["model"]["local_teleport"], cfg["train"]["batch_size"] = 10, 0.1, 256
     with pytest.raises(ConfigError, match=r"^model\.local_steps: 10 propagation steps need full-graph training"):
         validate_config(cfg)
     cfg["train"]["batch_size"] = None

@@ -160,7 +160,7 @@ def network_parts(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor
     # continuous edge features only where the graph has them: nothing changes for the others
     edge_features = graph.edge_features.to(device) if graph.edge_features.shape[1] else None
     generator = torch.Generator(device=device).manual_seed(cfg["seed"])
-    if propagation is not None:  # the gcn branch's K steps as top-k rows, for every layer
+    if propagation is not None:  # the appnp branch's K steps as top-k rows, for every layer
         propagation = propagation.to(device)
     sampler = LayerSampler(graph.edge_index.to(device), graph.edge_type.to(device), graph.ptr.to(device),
                            layer_scores.to(device), degrees=network.degrees, method=sampling.method,
