@@ -1,4 +1,4 @@
-"""Time and peak memory of the gcn branch's top-k propagation rows (`model.local_top_k`) on random graphs.
+"""Time and peak memory of the appnp branch's top-k propagation rows (`model.local_top_k`) on random graphs.
 
     python -m benchmarks.propagation_scale --nodes 10000 100000 [--degree 20] [--steps 10] [--teleport 0.1]
                                            [--top-k 32] [--scipy] [--store] [--out artifacts/bench/propagation.jsonl]

@@ -67,7 +67,7 @@ def _execute(stage: Stage, cfg: dict, memory: MemorySampler, inputs: dict[str, P
             if stage_peak_mb is not None:  # exact, where a 0.5 s sample can miss the peak
                 memory.record(stage_peak_mb)
             return metrics
-        if stage_environment(stage, cfg):  # e.g. train.malloc_mmap_threshold_kb
+        if stage_environment(stage, cfg):  # e.g. orchestration.train_malloc_mmap_threshold_kb
             log.warning("%s: not setting %s, which applies to a stage's own process only (stage_isolation=process)",
                         stage.name, ", ".join(stage_environment(stage, cfg)))
         return stage.run(cfg, inputs, out_dir)

@@ -31,10 +31,8 @@ from flows.pipeline import sgt_pipeline
 from flows.tracking import Tracker, flatten, owner_tags
 from sgt_core.artifacts import atomic_path, fingerprint, is_url, process_exists
 from sgt_core.config import compose_config, config_dir
-from sgt_core.config.model import GCN_ONE_HOP, ModelConfig
 from sgt_core.config.section import ConfigProblems
 from sgt_core.config.tune import (
-    BRANCH_PATH,
     DEPTH_PATH,
     FOLLOWS_DEPTH,
     Choices,
@@ -145,9 +143,8 @@ def sample_overrides(trial: optuna.Trial, distributions: dict[str, Distribution]
     """The trial's values of the space as Hydra overrides, in the space's order.
 
     A per-layer list gets one entry per layer of the trial's `model.num_layers` (sampled, else `cfg`'s);
-    a sampled depth sets `estimator.num_layers` too, which the config requires to be equal. A sampled
-    branch other than gcn switches off the gcn branch's propagation that `cfg` may set (`cora_hybrid`'s 10
-    steps), which the config would otherwise refuse. Optuna names each value by its config path
+    a sampled depth sets `estimator.num_layers` too, which the config requires to be equal. Optuna names
+    each value by its config path
     (`model.degrees.first` and `.others` for a per-layer list).
     """
     depth = distributions.get(DEPTH_PATH)
@@ -162,11 +159,6 @@ def sample_overrides(trial: optuna.Trial, distributions: dict[str, Distribution]
             values[path] = [first] + [others] * (layers - 1)
         else:
             values[path] = _suggest(trial, path, distribution)
-    if values.get(BRANCH_PATH, "gcn") != "gcn":
-        for key, one_hop in GCN_ONE_HOP.items():
-            path = f"{ModelConfig.PATH}.{key}"
-            if path not in distributions and cfg[ModelConfig.PATH][key] != one_hop:
-                values[path] = one_hop
     return [f"{path}={hydra_value(value)}" for path, value in values.items()]
 
 

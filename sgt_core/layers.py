@@ -16,7 +16,7 @@ __all__ = ["FullLayer", "PropagationRows", "SampledLayer"]
 
 @dataclass(frozen=True)
 class PropagationRows:
-    """The gcn branch's K propagation steps as one weighted hop: each query's largest operator entries (PPRGo).
+    """The appnp branch's K propagation steps as one weighted hop: each query's largest operator entries (PPRGo).
 
     Attributes:
         neighbours: int64 [Q, k] rows of the layer input whose z_0 reaches the query, by decreasing weight.

@@ -1,4 +1,4 @@
-"""AdamW and its warm-up cosine schedule, without the ~70 MB that torch.optim's first use imports."""
+"""AdamW, Adam and their warm-up cosine schedule, without the ~70 MB that torch.optim's first use imports."""
 
 from __future__ import annotations
 
@@ -9,27 +9,22 @@ import torch
 
 
 class AdamW:
-    """Adam with decoupled weight decay (Loshchilov & Hutter, 2019): the update of torch.optim.AdamW, or with
-    `decoupled_weight_decay=False` that of torch.optim.Adam with its L2 `weight_decay`.
+    """Adam with decoupled weight decay (Loshchilov & Hutter, 2019): the update of torch.optim.AdamW.
 
     Why not torch.optim.AdamW: its base class imports torch._dynamo (and with it sympy) the first time a
     parameter group is added and on every step, which costs ~70 MB of resident memory in each stage
     process, a sixth of the Minesweeper preset's memory budget, for optimizer state that is a few thousand
     numbers here. The arithmetic below is torch's single-tensor AdamW, step for step (tests/test_schedules.py
     checks it against torch.optim.AdamW); each parameter counts its own steps, so one that gets no
-    gradient in a step is left untouched, as in torch.
+    gradient in a step is left untouched, as in torch. `Adam` below differs only in its weight decay.
 
     Args:
         parameters: the tensors to optimise (those without requires_grad are ignored), or torch's parameter
             groups: dicts of "params" and optionally their own "weight_decay".
         lr: learning rate (the schedule below rescales `lr` from `base_lr`).
-        weight_decay: the weight decay's factor (of every group that does not set its own).
+        weight_decay: the weight decay's factor (of every group that does not set its own): every weight
+            shrinks by lr * weight_decay per step.
         betas, eps: Adam's moment decay rates and denominator epsilon.
-        decoupled_weight_decay: True (AdamW) shrinks every weight by lr * weight_decay per step; False
-            adds weight_decay * w to the gradient before Adam's moments (torch.optim.Adam's L2, what GCN and
-            GAT train with). Through Adam's normalisation that L2 pulls a weight whose own gradient is
-            rare, such as that of a bag-of-words feature few training nodes have, towards 0 at nearly the
-            full learning rate, while AdamW shrinks it by only lr * weight_decay.
     """
 
     def __init__(
@@ -39,7 +34,6 @@ class AdamW:
         weight_decay: float = 1e-2,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
-        decoupled_weight_decay: bool = True,
     ) -> None:
         groups = [{**group, "params": list(group["params"])} if isinstance(group, dict) else {"params": [group]}
                   for group in parameters]
@@ -49,7 +43,6 @@ class AdamW:
         self.weight_decays = [decay for _, decay in trained]
         self.base_lr = self.lr = lr
         self.weight_decay, self.betas, self.eps = weight_decay, betas, eps
-        self.decoupled_weight_decay = decoupled_weight_decay
         self.exp_avg = [torch.zeros_like(p) for p in self.parameters]
         self.exp_avg_sq = [torch.zeros_like(p) for p in self.parameters]
         self.steps = [0] * len(self.parameters)
@@ -76,10 +69,7 @@ class AdamW:
         exp_avg_sq = [self.exp_avg_sq[i] for i in stepped]
         decays = [self.weight_decays[i] for i in stepped]
         steps = [self.steps[i] for i in stepped]
-        if self.decoupled_weight_decay:
-            torch._foreach_mul_(parameters, [1 - self.lr * decay for decay in decays])
-        elif any(decays):
-            grads = torch._foreach_add(grads, torch._foreach_mul(parameters, decays))
+        grads = self._decay(parameters, grads, decays)
         torch._foreach_lerp_(exp_avg, grads, 1 - beta1)
         torch._foreach_mul_(exp_avg_sq, beta2)
         torch._foreach_addcmul_(exp_avg_sq, grads, grads, value=1 - beta2)
@@ -87,6 +77,31 @@ class AdamW:
         torch._foreach_div_(denominators, [math.sqrt(1 - beta2**step) for step in steps])
         torch._foreach_add_(denominators, self.eps)
         torch._foreach_addcdiv_(parameters, exp_avg, denominators, [-self.lr / (1 - beta1**step) for step in steps])
+
+    def _decay(self, parameters: list[torch.Tensor], grads: list[torch.Tensor], decays: list[float]) -> list:
+        """AdamW's decoupled decay: w <- (1 - lr * decay) w before the update; the gradients as they are."""
+        torch._foreach_mul_(parameters, [1 - self.lr * decay for decay in decays])
+        return grads
+
+
+class Adam(AdamW):
+    """Adam (Kingma & Ba, 2015) with its L2 weight decay: the update of torch.optim.Adam(weight_decay=...).
+
+    `weight_decay * w` joins the gradient before Adam's moments, what GCN and GAT train with. Through
+    Adam's normalisation that L2 pulls a weight whose own gradient is rare, such as that of a bag-of-words
+    feature few training nodes have, towards 0 at nearly the full learning rate, while AdamW shrinks it by
+    only lr * weight_decay. The arguments and everything else are `AdamW`'s.
+    """
+
+    def _decay(self, parameters: list[torch.Tensor], grads: list[torch.Tensor], decays: list[float]) -> list:
+        """L2: g <- g + decay * w (new tensors: the parameters' .grad stay as backward left them)."""
+        if any(decays):
+            grads = torch._foreach_add(grads, torch._foreach_mul(parameters, decays))
+        return grads
+
+
+# The `optimizer` group's choices (`optimizer.name`): its other keys are the class's arguments.
+OPTIMIZERS = {"adamw": AdamW, "adam": Adam}
 
 
 class CosineWithWarmup:

@@ -129,14 +129,15 @@ def stage_device(stage: Stage, cfg: dict) -> str:
 def stage_environment(stage: Stage, cfg: dict) -> dict[str, str]:
     """Environment variables the stage's process starts with: settings that hold for a whole process.
 
-    `train.malloc_mmap_threshold_kb` is glibc's `MALLOC_MMAP_THRESHOLD_` (in bytes) for the train stage:
+    `orchestration.train_malloc_mmap_threshold_kb` is glibc's `MALLOC_MMAP_THRESHOLD_` (in bytes) for the train stage:
     malloc reads it once, as the process starts, so it holds for that stage's process alone, never for
     the flow's or a later run's. Whoever starts the stage's process sets them: the benchmarks start it
     with them; flows/isolation.py forks it from a server that started without them, so it applies them
     through mallopt, the same setting. A stage run inline in another process cannot have them.
     """
-    if stage.name == "train" and cfg["train"]["malloc_mmap_threshold_kb"] is not None:
-        return {"MALLOC_MMAP_THRESHOLD_": str(cfg["train"]["malloc_mmap_threshold_kb"] * 1024)}
+    threshold_kb = cfg["orchestration"]["train_malloc_mmap_threshold_kb"]
+    if stage.name == "train" and threshold_kb is not None:
+        return {"MALLOC_MMAP_THRESHOLD_": str(threshold_kb * 1024)}
     return {}
 
 

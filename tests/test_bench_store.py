@@ -9,7 +9,7 @@ from sgt_core.pipeline import STAGES, stage_keys
 from sgt_core.train.propagation_rows import PROPAGATION, ROWS_FILE
 from tests.conftest import TINY_OVERRIDES
 
-TOP_K = ["model.local=gcn", "model.local_steps=3", "model.local_teleport=0.1", "model.local_top_k=4"]
+TOP_K = ["model.local=appnp", "model.local_steps=3", "model.local_teleport=0.1", "model.local_top_k=4"]
 
 
 def test_the_top_k_rows_of_a_benchmark_run_land_in_its_store_not_the_default_artifacts(tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ import pytest
 from flows.cli import main
 from sgt_core.config import compose_config, config_dir, validate_config
 from sgt_core.config.dataset import DATASET_NAMES, PYG_NAMES
-from sgt_core.config.optimizer import AdamWConfig
+from sgt_core.config.optimizer import OptimizerConfig
 from sgt_core.config.preprocess import (
     DEFAULT_SUBSTRUCTURE_CAPS,
     SUBSTRUCTURE_TYPES,
@@ -85,12 +85,8 @@ BAD_VALUES = {
     "negative optimizer weight decay": (["optimizer.weight_decay=-1"], "optimizer.weight_decay", ">= 0"),
     "beta of one": (["optimizer.betas=[0.9,1.0]"], "optimizer.betas", "two numbers in [0, 1)"),
     "added optimizer key": (["+optimizer.momentum=0.9"], "optimizer.momentum",
-                            ("unknown key; valid keys in optimizer: betas, decoupled_weight_decay, eps, "
-                             "input_weight_decay, lr, weight_decay")),
-    "negative input weight decay": (["optimizer.input_weight_decay=-1"], "optimizer.input_weight_decay",
-                                    "must be null or a number >= 0"),
-    "decoupled decay not a boolean": (["optimizer.decoupled_weight_decay=maybe"], "optimizer.decoupled_weight_decay",
-                                      "true or false"),
+                            "unknown key; valid keys in optimizer: betas, eps, lr, name, weight_decay"),
+    "unknown optimizer name": (["optimizer.name=sgd"], "optimizer.name", "expected one of adamw, adam"),
     "feed-forward switch not a boolean": (["model.feed_forward=2"], "model.feed_forward", "true or false"),
     "negative weight decay": (["estimator.weight_decay=-1"], "estimator.weight_decay", ">= 0"),
     "negative warm-up": (["train.warmup_epochs=-1"], "train.warmup_epochs", "integer >= 0"),
@@ -98,8 +94,8 @@ BAD_VALUES = {
     "batches with full attention": (["sampler=full", "train.batch_size=8"], "train.batch_size",
                                     "must be null with sampler=full"),
     "zero eval interval": (["train.eval_every=0"], "train.eval_every", "integer >= 1"),
-    "negative mmap threshold": (["train.malloc_mmap_threshold_kb=-1"], "train.malloc_mmap_threshold_kb",
-                                "null or an integer >= 1"),
+    "negative mmap threshold": (["orchestration.train_malloc_mmap_threshold_kb=-1"],
+                                "orchestration.train_malloc_mmap_threshold_kb", "null or an integer >= 1"),
     "moving average that never moves": (["train.ema_decay=1"], "train.ema_decay", "must be null or a number in (0, 1)"),
     "moving average of a string": (["train.ema_decay='0.9'"], "train.ema_decay", "must be null or a number in (0, 1)"),
     "negative seed": (["seed=-1"], "seed", "integer >= 0"),
@@ -204,14 +200,15 @@ def _composed_with(key: str, value) -> dict:
     ("preprocess.expander.degre", 4, "preprocess.expander.degre: unknown key; valid keys in preprocess.expander"),
     ("sampler.name", "reservoir", "sampler.name: unknown key; valid keys in sampler: method"),
     ("colour", "blue", "colour: unknown key; valid keys in the config: dataset, estimator"),
-    ("model.local", "gin", "model.local: expected one of none, gcn, sage, gatv2, gine, found 'gin'"),
+    ("model.local", "gin", "model.local: expected one of none, gcn, sage, gatv2, appnp, gine, found 'gin'"),
     ("model.local_aggregation", "max", "model.local_aggregation: expected one of mean, sum"),
     ("model.degree_signal", "yes", "model.degree_signal: must be true or false"),
-    ("model.local_steps", 0, "model.local_steps: must be an integer >= 1, found 0"),
-    ("model.local_teleport", 1.0, "model.local_teleport: must be a number in [0, 1), found 1.0"),
-    # the default branch is sage, which has no propagation steps
-    ("model.local_steps", 3, "model.local_steps: 3 steps, teleport 0.0, top-k None: APPNP's propagation is the gcn"),
-    ("model.local_top_k", 32, "model.local_top_k: 1 steps, teleport 0.0, top-k 32: APPNP's propagation is the gcn"),
+    ("model.local_steps", 0, "model.local_steps: must be null or an integer >= 1, found 0"),
+    ("model.local_teleport", 1.0, "model.local_teleport: must be null or a number in [0, 1), found 1.0"),
+    # the default branch is sage: the appnp branch's keys are refused on it, in one error
+    ("model.local_steps", 3, ("model.local_steps: local_steps=3: only model.local=appnp reads it, but model.local "
+                              "is sage; set it to null or model.local to appnp")),
+    ("model.local_top_k", 32, "model.local_top_k: local_top_k=32: only model.local=appnp reads it"),
     ("model.local_top_k", 0, "model.local_top_k: must be null or an integer >= 1, found 0"),
 ])
 def test_a_bad_value_in_a_group_is_one_error_naming_its_key(key, value, message):
@@ -221,9 +218,26 @@ def test_a_bad_value_in_a_group_is_one_error_naming_its_key(key, value, message)
     assert len(error.value.problems) == 1, str(error.value)
 
 
-def test_propagation_steps_refuse_algorithm_2_batches_without_top_k_rows():
+def test_the_appnp_keys_belong_to_the_appnp_branch_alone():
+    """Set on gcn (one hop, no special case left) they are one error naming all of them; appnp needs its
+    steps and teleport."""
     cfg = _composed_with("model.local", "gcn")
-    cfg["model"]["local_steps"], cfg["train"]["batch_size"] = 10, 256
+    cfg["model"]["local_steps"], cfg["model"]["local_teleport"] = 10, 0.1
+    with pytest.raises(ConfigProblems) as error:
+        validate_config(cfg)
+    assert str(error.value).startswith("model.local_steps: local_steps=10, local_teleport=0.1: only model.local=appnp "
+                                       "reads them, but model.local is gcn"), str(error.value)
+    assert len(error.value.problems) == 1
+    cfg["model"]["local"] = "appnp"
+    validate_config(cfg)
+    cfg["model"]["local_teleport"] = None
+    with pytest.raises(ConfigError, match=r"^model\.local_teleport: model\.local=appnp needs its propagation steps"):
+        validate_config(cfg)
+
+
+def test_propagation_steps_refuse_algorithm_2_batches_without_top_k_rows():
+    cfg = _composed_with("model.local", "appnp")
+    cfg["model"]["local_steps"], cfg["model"]["local_teleport"], cfg["train"]["batch_size"] = 10, 0.1, 256
     with pytest.raises(ConfigError, match=r"^model\.local_steps: 10 propagation steps need full-graph training"):
         validate_config(cfg)
     cfg["train"]["batch_size"] = None
@@ -284,17 +298,31 @@ def _option_overrides() -> list[list[str]]:
 @pytest.mark.parametrize("overrides", _option_overrides(), ids=" ".join)
 def test_every_yaml_file_in_conf_composes_and_validates(overrides):
     config = validate_config(compose_config(overrides))
-    assert isinstance(config.sampler, SamplerConfig) and isinstance(config.optimizer, AdamWConfig)
+    assert isinstance(config.sampler, SamplerConfig) and isinstance(config.optimizer, OptimizerConfig)
 
 
 def test_the_default_sampler_and_optimizer_are_todays():
     cfg = compose_config()
     assert cfg["sampler"] == {"method": "reservoir"}
-    assert cfg["optimizer"] == {"lr": 0.01, "weight_decay": 1.0e-3, "input_weight_decay": None,
-                                "betas": [0.9, 0.999], "eps": 1.0e-8, "decoupled_weight_decay": True}
+    assert cfg["optimizer"] == {"name": "adamw", "lr": 0.01, "weight_decay": 1.0e-3, "betas": [0.9, 0.999],
+                                "eps": 1.0e-8}
     assert cfg["optimizer"]["betas"] == list(inspect.signature(AdamW).parameters["betas"].default)
     assert cfg["optimizer"]["eps"] == inspect.signature(AdamW).parameters["eps"].default
     assert compose_config(["sampler=full"])["sampler"]["method"] == "full"
+
+
+def test_each_optimizer_option_names_its_class_and_takes_its_arguments():
+    """`optimizer=adamw|adam`: `name` is the option's own and picks the class; the other keys are its arguments."""
+    from sgt_core.optim import OPTIMIZERS
+
+    options = sorted(path.stem for path in (REPO_ROOT / "conf" / "optimizer").glob("*.yaml"))
+    assert options == sorted(OPTIMIZERS) == ["adam", "adamw"]
+    for option in options:
+        config = validate_config(compose_config([f"optimizer={option}"])).optimizer
+        assert config.name == option
+        assert set(config.arguments()) <= set(inspect.signature(OPTIMIZERS[option]).parameters)
+    cora = compose_config(["+experiment=cora_hybrid"])["optimizer"]  # Adam's coupled L2, as before
+    assert (cora["name"], cora["weight_decay"]) == ("adam", 1.0e-3)
 
 
 def test_the_train_stage_key_and_checkpoint_cover_the_sampler_and_the_optimizer():

@@ -1,4 +1,4 @@
-"""Temperature annealing, the warm-up cosine learning-rate schedule and our AdamW against torch's."""
+"""Temperature annealing, the warm-up cosine learning-rate schedule and our AdamW and Adam against torch's."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from sgt_core.optim import AdamW, CosineWithWarmup
+from sgt_core.optim import Adam, AdamW, CosineWithWarmup
 from sgt_core.schedules import temperature
 
 
@@ -66,13 +66,13 @@ def _linear_step(params: list[torch.Tensor], optimizer, inputs: torch.Tensor, ta
     optimizer.step()
 
 
-def test_coupled_weight_decay_matches_torch_adam_step_for_step():
-    """decoupled_weight_decay=False is torch.optim.Adam's L2 (weight_decay * w added to the gradient)."""
+def test_adam_matches_torch_adam_step_for_step():
+    """`Adam` (optimizer=adam) is torch.optim.Adam's L2 (weight_decay * w added to the gradient)."""
     torch.manual_seed(0)
     start = [p.detach() for p in torch.nn.Linear(6, 3).parameters()]
     inputs, targets = torch.randn(16, 6), torch.randint(0, 3, (16,))
     coupled, decoupled, reference = ([p.clone().requires_grad_() for p in start] for _ in range(3))
-    optimizers = (AdamW(coupled, lr=0.05, weight_decay=0.1, decoupled_weight_decay=False),
+    optimizers = (Adam(coupled, lr=0.05, weight_decay=0.1),
                   AdamW(decoupled, lr=0.05, weight_decay=0.1),
                   torch.optim.Adam(reference, lr=0.05, weight_decay=0.1))
     for _ in range(8):
@@ -90,13 +90,14 @@ def test_parameter_groups_take_their_own_weight_decay_as_torch_does(decoupled):
     torch.manual_seed(0)
     start = [p.detach() for p in torch.nn.Linear(6, 3).parameters()]
     inputs, targets = torch.randn(16, 6), torch.randint(0, 3, (16,))
+    ours_class = AdamW if decoupled else Adam
     ours, reference, uniform = ([p.clone().requires_grad_() for p in start] for _ in range(3))
     optimizers = (
-        AdamW([{"params": [ours[0]], "weight_decay": 0.5}, {"params": iter([ours[1]])}], lr=0.05, weight_decay=0.01,
-              decoupled_weight_decay=decoupled),  # a group's params may be any iterable, as in torch
+        ours_class([{"params": [ours[0]], "weight_decay": 0.5}, {"params": iter([ours[1]])}], lr=0.05,
+                   weight_decay=0.01),  # a group's params may be any iterable, as in torch
         (torch.optim.AdamW if decoupled else torch.optim.Adam)(
             [{"params": [reference[0]], "weight_decay": 0.5}, {"params": [reference[1]]}], lr=0.05, weight_decay=0.01),
-        AdamW(uniform, lr=0.05, weight_decay=0.01, decoupled_weight_decay=decoupled),
+        ours_class(uniform, lr=0.05, weight_decay=0.01),
     )
     for _ in range(8):
         for params, optimizer in zip((ours, reference, uniform), optimizers):

@@ -17,9 +17,8 @@ from sgt_core.config.section import (
     one_of,
 )
 
-# The gcn branch's APPNP keys at one plain hop over the kept edges, the only values another branch accepts
-# (flows/tune.py sets them when a trial draws another branch).
-GCN_ONE_HOP = {"local_steps": 1, "local_teleport": 0.0, "local_top_k": None}
+# The keys only the appnp branch reads (`APPNPBranch`'s steps, teleport and top_k): null on any other branch.
+APPNP_KEYS = ("local_steps", "local_teleport", "local_top_k")
 
 
 @dataclass(frozen=True)
@@ -39,12 +38,12 @@ class ModelConfig(NetworkConfig):
     input_dropout: float = checked(PROBABILITY_BELOW_ONE)
     degrees: list[int] = checked(list_of(integer(1), "integers >= 1, one per layer"))
     deepnorm: bool = checked(BOOLEAN)
-    # the values of sgt_core.models.local_message_passing's LOCAL_KINDS and SAGE_AGGREGATIONS; not imported,
-    # so that reading the configuration never imports torch_geometric
-    local: str = checked(one_of("none", "gcn", "sage", "gatv2", "gine"))
+    # none and the names of sgt_core.models.local's LOCAL_BRANCHES, and its SAGE_AGGREGATIONS; not imported,
+    # so that reading the configuration never imports torch
+    local: str = checked(one_of("none", "gcn", "sage", "gatv2", "appnp", "gine"))
     local_aggregation: str = checked(one_of("mean", "sum"))
-    local_steps: int = checked(integer(1))
-    local_teleport: float = checked(PROBABILITY_BELOW_ONE)
+    local_steps: int | None = checked(null_or(integer(1)))
+    local_teleport: float | None = checked(null_or(PROBABILITY_BELOW_ONE))
     local_top_k: int | None = checked(null_or(integer(1)))
     degree_signal: bool = checked(BOOLEAN)
     feed_forward: bool = checked(BOOLEAN)
@@ -58,12 +57,18 @@ class ModelConfig(NetworkConfig):
         if len(self.degrees) != self.num_layers:
             problems.append(("model.degrees", (f"has {len(self.degrees)} entries but model.num_layers is "
                                                f"{self.num_layers}; give one degree per layer")))
-        offending = [key for key, value in GCN_ONE_HOP.items() if getattr(self, key) != value]
-        if self.local != "gcn" and offending:
-            problems.append((f"model.{offending[0]}", (
-                f"{self.local_steps} steps, teleport {self.local_teleport}, top-k {self.local_top_k}: APPNP's "
-                f"propagation is the gcn branch's, but model.local is {self.local}; set 1, 0.0 and null, or "
-                "local: gcn")))
+        set_keys = [key for key in APPNP_KEYS if getattr(self, key) is not None]
+        if self.local != "appnp" and set_keys:
+            them = "it" if len(set_keys) == 1 else "them"
+            problems.append((self.key(set_keys[0]), (
+                f"{', '.join(f'{key}={getattr(self, key)}' for key in set_keys)}: only model.local=appnp reads "
+                f"{them}, but model.local is {self.local}; set {them} to null or model.local to appnp")))
+        missing = [key for key in APPNP_KEYS[:2] if getattr(self, key) is None]
+        if self.local == "appnp" and missing:
+            problems.append((self.key(missing[0]), (
+                "model.local=appnp needs its propagation steps K and teleport alpha, found "
+                f"local_steps={self.local_steps}, local_teleport={self.local_teleport}; e.g. APPNP's published "
+                "local_steps=10 local_teleport=0.1")))
         if self.hidden % self.heads:
             problems.append(("model.hidden", f"{self.hidden} is not divisible by model.heads={self.heads}"))
         return problems

@@ -5,14 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sgt_core.config.section import (
-    BOOLEAN,
     NON_NEGATIVE,
     POSITIVE,
     Rule,
     Section,
     checked,
     is_number,
-    null_or,
+    one_of,
 )
 
 BETAS: Rule = (lambda value: isinstance(value, list | tuple) and len(value) == 2
@@ -21,19 +20,23 @@ BETAS: Rule = (lambda value: isinstance(value, list | tuple) and len(value) == 2
 
 
 @dataclass(frozen=True)
-class AdamWConfig(Section):
-    """`optimizer=adamw`: the arguments of `sgt_core.optim.AdamW`, one to one, and the input projection's decay.
+class OptimizerConfig(Section):
+    """`optimizer=adamw` or `optimizer=adam`: `name` picks `sgt_core.optim.AdamW` (decoupled weight decay) or
+    `sgt_core.optim.Adam` (L2 in the gradient); the other keys are its arguments, one to one.
 
-    `input_weight_decay`, unless null, is the weight decay of the wide network's first layer, the weight
-    that maps raw features to its width, as a parameter group of its own; null gives it `weight_decay`.
-    The estimator's optimiser is an AdamW too, with `estimator.lr` and `estimator.weight_decay`.
+    The values of `name` are those of `sgt_core.optim.OPTIMIZERS`, not imported, so that reading the
+    configuration never imports torch. The estimator's optimiser is an AdamW too, with `estimator.lr` and
+    `estimator.weight_decay`.
     """
 
     PATH = "optimizer"
 
+    name: str = checked(one_of("adamw", "adam"))
     lr: float = checked(POSITIVE)
     weight_decay: float = checked(NON_NEGATIVE)
-    input_weight_decay: float | None = checked(null_or(NON_NEGATIVE))
     betas: tuple[float, float] = checked(BETAS)
     eps: float = checked(POSITIVE)
-    decoupled_weight_decay: bool = checked(BOOLEAN)
+
+    def arguments(self) -> dict:
+        """The optimiser's keyword arguments (all but `name`)."""
+        return {"lr": self.lr, "weight_decay": self.weight_decay, "betas": tuple(self.betas), "eps": self.eps}

@@ -5,7 +5,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sgt_core.config.section import POSITIVE, Problem, Section, checked, integer, one_of
+from sgt_core.config.section import (
+    NULL_OR_POSITIVE_INTEGER,
+    POSITIVE,
+    Problem,
+    Section,
+    checked,
+    integer,
+    one_of,
+)
 
 # The pipeline's stages in order, as `stage=...` and `orchestration.pools.<stage>` name them.
 STAGE_NAMES = ("preprocess", "estimate", "export", "train")
@@ -24,12 +32,16 @@ class OrchestrationConfig(Section):
         pools: with `pools`, each stage's work pool name (flows/pools.py).
         start_timeout_s: with `pools`, seconds a stage's flow run may wait for a worker.
         missed_heartbeats: with `pools`, heartbeat intervals without one before a stage is taken as dead.
+        train_malloc_mmap_threshold_kb: glibc's `MALLOC_MMAP_THRESHOLD_` (in KiB) in the train stage's own
+            process environment (`sgt_core.pipeline.stage_environment`); null leaves malloc alone. Where the
+            stage runs, not what it computes: it enters no cache key.
     """
 
     PATH = "orchestration"
 
     mode: str = checked(one_of("local", "pools"))
     prefect_server: str = checked(one_of("find", "temporary"))
+    train_malloc_mmap_threshold_kb: int | None = checked(NULL_OR_POSITIVE_INTEGER)
     pools: dict[str, str] | None = None
     start_timeout_s: float | None = None
     missed_heartbeats: int | None = None

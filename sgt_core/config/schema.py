@@ -14,7 +14,7 @@ from sgt_core.config.estimator import EstimatorConfig
 from sgt_core.config.export import ExportConfig
 from sgt_core.config.model import ModelConfig
 from sgt_core.config.network import NetworkConfig
-from sgt_core.config.optimizer import AdamWConfig
+from sgt_core.config.optimizer import OptimizerConfig
 from sgt_core.config.orchestration import STAGE_NAMES, OrchestrationConfig
 from sgt_core.config.preprocess import PreprocessConfig
 from sgt_core.config.sampler import SamplerConfig
@@ -61,7 +61,7 @@ class Config(Section):
     export: ExportConfig
     model: ModelConfig
     sampler: SamplerConfig
-    optimizer: AdamWConfig
+    optimizer: OptimizerConfig
     train: TrainConfig
     orchestration: OrchestrationConfig
     tune: TuneConfig
@@ -85,7 +85,8 @@ class Config(Section):
         if self.sampler.method == "full" and train.batch_size is not None:
             problems.append(("train.batch_size", ("must be null with sampler=full, which attends over whole "
                                                   "neighbourhoods")))
-        if model.local_steps > 1 and train.batch_size is not None and model.local_top_k is None:
+        if (model.local == "appnp" and model.local_steps is not None and model.local_steps > 1
+                and train.batch_size is not None and model.local_top_k is None):
             problems.append(("model.local_steps", (f"{model.local_steps} propagation steps need full-graph training "
                                                    "(train.batch_size: null, one process) or their top-k rows "
                                                    "(model.local_top_k, e.g. 32): Algorithm 2's batches sample "

@@ -64,8 +64,7 @@ class TrainConfig(Section):
     """`train`: the wide network's epochs, device, batches and processes.
 
     `warmup_epochs` and `epochs` are `CosineWithWarmup`'s arguments of those names; `batch_size` is
-    `WideNetworkTraining`'s; `device` is `resolve_device`'s; `malloc_mmap_threshold_kb` is
-    `set_mmap_threshold`'s; `ema_decay` is `WideNetworkTraining.average_weights`'s; `regression_loss` is
+    `WideNetworkTraining`'s; `device` is `resolve_device`'s; `ema_decay` is `WideNetworkTraining.average_weights`'s; `regression_loss` is
     the loss of a regression task (`sgt_core.tasks.Task`). On a dataset of many graphs `batch_size` counts
     graphs. The optimiser and the sampler are groups of their own (`optimizer`, `sampler`).
     """
@@ -77,7 +76,6 @@ class TrainConfig(Section):
     device: str = checked(one_of("auto", "cpu", "cuda"))
     batch_size: int | None = checked(NULL_OR_POSITIVE_INTEGER)
     eval_every: int = checked(integer(1))
-    malloc_mmap_threshold_kb: int | None = checked(NULL_OR_POSITIVE_INTEGER)
     ema_decay: float | None = checked(NULL_OR_DECAY)
     distributed: DistributedConfig
     regression_loss: str = checked(one_of("l1", "mse"))

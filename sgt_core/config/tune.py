@@ -42,8 +42,6 @@ SPEC_KEYS = ("low", "high", "log", "int", "choices", "first", "others")
 PER_LAYER_PATHS = ("model.degrees",)
 # Sampling the wide network's depth sets the estimator's too: it gives one score set per wide layer.
 DEPTH_PATH, FOLLOWS_DEPTH = "model.num_layers", "estimator.num_layers"
-# A drawn branch other than gcn sets the gcn branch's propagation to one hop (config.model.GCN_ONE_HOP).
-BRANCH_PATH = "model.local"
 CHOICE_TYPES = (type(None), bool, int, float, str)  # what Optuna's categorical distributions hold
 
 

@@ -8,8 +8,7 @@ from sgt_core.layers import FullLayer, SampledLayer
 from sgt_core.models.deep_norm import DeepNorm
 from sgt_core.models.dropout import Dropout
 from sgt_core.models.feed_forward import FeedForward
-from sgt_core.models.gine_branch import GINEBranch
-from sgt_core.models.local_message_passing import LocalMessagePassing
+from sgt_core.models.local import local_branch
 from sgt_core.models.node_encoder import NodeEncoder, NodeExtras
 from sgt_core.models.readout import GraphReadout, GraphRows, prediction_head
 from sgt_core.models.sampled_attention import SampledAttention
@@ -31,7 +30,7 @@ class SpexphormerLayer(nn.Module):
     """
 
     def __init__(self, attention: SampledAttention, dropout: float, deepnorm: bool = False,
-                 num_layers: int = 1, local: LocalMessagePassing | GINEBranch | None = None,
+                 num_layers: int = 1, local: nn.Module | None = None,
                  feed_forward: bool = True) -> None:
         super().__init__()
         hidden = attention.hidden
@@ -105,14 +104,15 @@ class Spexphormer(nn.Module):
             sparse bag-of-words features (Cora, CiteSeer); 0 leaves them whole.
         deepnorm: DeepNorm residuals (DeepGraph) instead of batch norm, for deep stacks.
         num_spd_buckets: SPD buckets of anchor/k-hop edges (0: no SPD terms), see `SampledAttention`.
-        local: the local branch of every layer, `none`, `gcn`, `sage` or `gatv2` (`LocalMessagePassing`), or
-            `gine` (`GINEBranch`, reading the edges' feature codes and continuous features); gatv2 reads the
+        local: the local branch of every layer, `none` or a class of `sgt_core.models.local`: `gcn`
+            (`GCNBranch`), `sage` (`SAGEBranch`), `gatv2` (`GATv2Branch`), `appnp` (`APPNPBranch`) or `gine`
+            (`GINEBranch`, reading the edges' feature codes and continuous features); gatv2 reads the
             continuous features too.
         local_aggregation: the sage branch's aggregation, mean or sum.
-        local_steps, local_teleport: the gcn branch's APPNP propagation, K steps with teleport alpha
-            (`LocalMessagePassing`'s `steps`, `teleport`); 1 and 0 give one GCN hop.
-        local_top_k: the gcn branch's propagation through the layers' top-k rows of that width
-            (`LocalMessagePassing`'s `top_k`; the layers must carry them); None: over the kept graph edges.
+        local_steps, local_teleport: the appnp branch's K steps and teleport alpha (`APPNPBranch`'s `steps`,
+            `teleport`); None for the other branches.
+        local_top_k: the appnp branch's propagation through the layers' top-k rows of that width
+            (`APPNPBranch`'s `top_k`; the layers must carry them); None: over the kept graph edges.
         degree_signal: adds W log(1 + n_v) to every node's input encoding, n_v its real graph degree: a
             softmax average over neighbours cannot tell how many there are, this can.
         graph_edge_type: the edge type code of the input graph's own edges (the local branch's).
@@ -132,42 +132,28 @@ class Spexphormer(nn.Module):
 
     def __init__(self, num_outputs: int, hidden: int, num_layers: int, heads: int, num_edge_types: int,
                  dropout: float = 0.0, deepnorm: bool = False, num_spd_buckets: int = 0, local: str = "none",
-                 local_aggregation: str = "mean", local_steps: int = 1, local_teleport: float = 0.0,
-                 local_top_k: int | None = None, degree_signal: bool = False, graph_edge_type: int = 0,
+                 local_aggregation: str = "mean", local_steps: int | None = None,
+                 local_teleport: float | None = None, local_top_k: int | None = None, degree_signal: bool = False,
+                 graph_edge_type: int = 0,
                  input_dropout: float = 0.0, feed_forward: bool = True, num_edge_attr_codes: int = 0,
                  edge_feature_dim: int = 0, readout: str | None = None, **encoder) -> None:
         super().__init__()
         self.input_dropout = Dropout(input_dropout)
         self.encoder = NodeEncoder(hidden=hidden, **encoder)
         self.degree_encoder = nn.Linear(1, hidden) if degree_signal else None
-
-        def local_branch() -> nn.Module | None:
-            if local == "none":
-                return None
-            if local == "gine":
-                return GINEBranch(hidden, num_edge_attr_codes, graph_edge_type, edge_feature_dim)
-            return LocalMessagePassing(local, hidden, heads, local_aggregation, graph_edge_type, local_steps,
-                                       local_teleport, local_top_k, edge_feature_dim)
-
         self.layers = nn.ModuleList(
             SpexphormerLayer(
                 SampledAttention(hidden, heads, num_edge_types, num_spd_buckets, num_edge_attr_codes,
                                  edge_feature_dim), dropout,
-                deepnorm, num_layers, local_branch(), feed_forward,
+                deepnorm, num_layers,
+                local_branch(local, hidden, heads, graph_edge_type, local_aggregation, local_steps, local_teleport,
+                             local_top_k, num_edge_attr_codes, edge_feature_dim),
+                feed_forward,
             )
             for _ in range(num_layers)
         )
         self.readout = GraphReadout(readout, hidden) if readout is not None else None
         self.head = prediction_head(hidden, num_outputs, readout is not None)
-
-    def parameter_groups(self, input_weight_decay: float | None) -> list:
-        """The parameters for the optimiser: all of them, or with `input_weight_decay` the first layer's weight
-        (raw features -> width) as a group with that decay, where GCN and APPNP put their L2, and the rest."""
-        if input_weight_decay is None:
-            return list(self.parameters())
-        projection = self.encoder.features.weight
-        return [{"params": [projection], "weight_decay": input_weight_decay},
-                {"params": [p for p in self.parameters() if p is not projection]}]
 
     @property
     def needs_graph_degree(self) -> bool:

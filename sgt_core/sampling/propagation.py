@@ -1,4 +1,4 @@
-"""PPRGo's top-k rows of APPNP's K-step propagation operator: the gcn branch's K hops as one fixed-width hop."""
+"""PPRGo's top-k rows of APPNP's K-step propagation operator: the appnp branch's K hops as one fixed-width hop."""
 
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ def appnp_top_k(source: Tensor, target: Tensor, num_nodes: int, steps: int, tele
                 top_k: int) -> PropagationRows:
     r"""Each node's `top_k` largest weights in APPNP's propagation over the graph's edges, fixed width.
 
-    The gcn branch with K steps and teleport alpha computes :math:`z_K = P z_0` with
+    The appnp branch with K steps and teleport alpha computes :math:`z_K = P z_0` with
     :math:`P = M_K`, :math:`M_0 = I`, :math:`M_{t+1} = (1 - \alpha) \hat A M_t + \alpha I`, and
     :math:`\hat A = \hat D^{-1/2} (A + I) \hat D^{-1/2}` from the real in-degrees (GCN's normalisation,
-    `LocalMessagePassing`'s). Row i of P says how much of each node's z_0 reaches node i. PPRGo keeps the
+    `APPNPBranch`'s). Row i of P says how much of each node's z_0 reaches node i. PPRGo keeps the
     largest entries of each row and applies them in one sparse hop, so a node needs only its `top_k` most
     influential nodes rather than its whole K-hop neighbourhood: that is what Algorithm 2's batches can
     carry. Here the rows are computed by the recursion above, each intermediate row cut to its

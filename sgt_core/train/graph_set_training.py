@@ -39,11 +39,11 @@ class GraphSetTraining(WideNetworkTraining):
         network, _sampling, _optimizer, train = read_groups(cfg)
         if network.local_top_k is not None:
             raise ConfigError("model.local_top_k: top-k propagation rows are for one large graph; on a dataset of "
-                              "many graphs set it to null (the gcn branch's steps then run inside each batch)")
-        extras, sampler, generator, model, adamw = network_parts(cfg, graph, layer_scores, device, None)
+                              "many graphs set it to null (the appnp branch's steps then run inside each batch)")
+        extras, sampler, generator, model, adam = network_parts(cfg, graph, layer_scores, device, None)
         batches = GraphBatches.of(graph.node_graph.to(device), graph.node_kind.to(device), graph.num_graphs)
         return cls(graph.x.to(device), graph.node_kind.to(device), graph.y.to(device), extras, sampler, model,
-                   adamw, generator, train.batch_size, graph.task_spec(train.regression_loss), batches=batches,
+                   adam, generator, train.batch_size, graph.task_spec(train.regression_loss), batches=batches,
                    graph_level=graph.graph_level,
                    train_mask=None if graph.graph_level else graph.train_mask.to(device))
 

@@ -1,4 +1,4 @@
-"""The gcn branch's top-k propagation rows for the train stage: computed once per graph and setting, kept in the store."""
+"""The appnp branch's top-k propagation rows for the train stage: computed once per graph and setting, kept in the store."""
 
 from __future__ import annotations
 

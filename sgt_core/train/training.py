@@ -9,21 +9,21 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from sgt_core.config.model import ModelConfig
-from sgt_core.config.optimizer import AdamWConfig
+from sgt_core.config.optimizer import OptimizerConfig
 from sgt_core.config.sampler import SamplerConfig
 from sgt_core.config.train import TrainConfig
 from sgt_core.layers import PropagationRows
 from sgt_core.models import NodeExtras, Spexphormer
-from sgt_core.optim import AdamW
+from sgt_core.optim import OPTIMIZERS, AdamW
 from sgt_core.preprocess.interaction_graph import GRAPH_EDGE_TYPE, NODE_KINDS, InteractionGraph
 from sgt_core.sampling import LayerSampler
 from sgt_core.tasks import Task
 
 
-def read_groups(cfg: dict) -> tuple[ModelConfig, SamplerConfig, AdamWConfig, TrainConfig]:
+def read_groups(cfg: dict) -> tuple[ModelConfig, SamplerConfig, OptimizerConfig, TrainConfig]:
     """The groups the stage reads, typed: `model`, `sampler`, `optimizer` and `train`."""
     return (ModelConfig.from_dict(cfg["model"]), SamplerConfig.from_dict(cfg["sampler"]),
-            AdamWConfig.from_dict(cfg["optimizer"]), TrainConfig.from_dict(cfg["train"]))
+            OptimizerConfig.from_dict(cfg["optimizer"]), TrainConfig.from_dict(cfg["train"]))
 
 
 @dataclass
@@ -57,8 +57,8 @@ class WideNetworkTraining:
             raise ValueError(f"model.local_top_k is {network.local_top_k} but propagation rows were "
                              f"{'not ' if propagation is None else ''}given")
         x, node_kind, y = graph.x.to(device), graph.node_kind.to(device), graph.y.to(device)
-        extras, sampler, generator, model, adamw = network_parts(cfg, graph, layer_scores, device, propagation)
-        return cls(x, node_kind, y, extras, sampler, model, adamw, generator, train.batch_size,
+        extras, sampler, generator, model, adam = network_parts(cfg, graph, layer_scores, device, propagation)
+        return cls(x, node_kind, y, extras, sampler, model, adam, generator, train.batch_size,
                    graph.task_spec(train.regression_loss))
 
     def average_weights(self, decay: float) -> None:
@@ -148,7 +148,8 @@ class WideNetworkTraining:
 
 def network_parts(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device: torch.device,
                    propagation: PropagationRows | None) -> tuple:
-    """What both trainings build alike: the node extras, the sampler, its generator, the network and AdamW."""
+    """What both trainings build alike: the node extras, the sampler, its generator, the network and its
+    optimiser (`optimizer.name`: AdamW or Adam)."""
     network, sampling, optimizer, _train = read_groups(cfg)
     # real graph degrees only for a network that reads them (local branch, degree signal)
     reads_degrees = network.local != "none" or network.degree_signal
@@ -159,7 +160,7 @@ def network_parts(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor
     # continuous edge features only where the graph has them: nothing changes for the others
     edge_features = graph.edge_features.to(device) if graph.edge_features.shape[1] else None
     generator = torch.Generator(device=device).manual_seed(cfg["seed"])
-    if propagation is not None:  # the gcn branch's K steps as top-k rows, for every layer
+    if propagation is not None:  # the appnp branch's K steps as top-k rows, for every layer
         propagation = propagation.to(device)
     sampler = LayerSampler(graph.edge_index.to(device), graph.edge_type.to(device), graph.ptr.to(device),
                            layer_scores.to(device), degrees=network.degrees, method=sampling.method,
@@ -169,8 +170,5 @@ def network_parts(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor
     # node task has no readout, whatever the group says.
     arguments = {**network.network_arguments(), "readout": network.readout if graph.graph_level else None}
     model = Spexphormer(**graph.model_input_sizes(), graph_edge_type=GRAPH_EDGE_TYPE, **arguments).to(device)
-    adamw = AdamW(model.parameter_groups(optimizer.input_weight_decay), lr=optimizer.lr,
-                  weight_decay=optimizer.weight_decay,
-                  betas=tuple(optimizer.betas), eps=optimizer.eps,
-                  decoupled_weight_decay=optimizer.decoupled_weight_decay)
-    return extras, sampler, generator, model, adamw
+    adam = OPTIMIZERS[optimizer.name](model.parameters(), **optimizer.arguments())  # AdamW or Adam
+    return extras, sampler, generator, model, adam

@@ -139,7 +139,7 @@ def test_stages_without_top_k_rows_lists_none(tiny_run):
 
 def test_stages_lists_the_top_k_propagation_rows_once_their_graph_is_cached(prefect_server, artifacts_dir, capsys):
     """`model.local_top_k`'s rows are kept beside the stages; their key is known from the cached graph."""
-    top_k = [*TINY_OVERRIDES, "model.local=gcn", "model.local_steps=10", "model.local_teleport=0.1",
+    top_k = [*TINY_OVERRIDES, "model.local=appnp", "model.local_steps=10", "model.local_teleport=0.1",
              "model.local_top_k=8", "train.batch_size=16"]
 
     def rows() -> dict:

@@ -96,7 +96,7 @@ GLIBC = sys.platform.startswith("linux") and "libc.so" in (ctypes.util.find_libr
 
 
 def _threshold(kilobytes: int | None) -> dict:
-    return compose_config([*TINY_OVERRIDES, f"train.malloc_mmap_threshold_kb={kilobytes or 'null'}"])
+    return compose_config([*TINY_OVERRIDES, f"orchestration.train_malloc_mmap_threshold_kb={kilobytes or 'null'}"])
 
 
 def test_the_malloc_threshold_is_an_environment_variable_of_the_train_stage_only():

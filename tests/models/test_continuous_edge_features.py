@@ -283,17 +283,17 @@ def test_gatv2_branch_with_features_equals_pyg_gatv2conv_with_edge_dim():
 
     from sgt_core.config.preprocess import ExpanderConfig
     from sgt_core.models import NodeExtras
-    from sgt_core.models.local_message_passing import LocalMessagePassing
+    from sgt_core.models.local import GATv2Branch
     from sgt_core.preprocess.builder import build_interaction_graph
     from sgt_core.preprocess.interaction_graph import NODE_KINDS
-    from tests.models.test_local_message_passing import GRAPH, HEADS, HIDDEN, keep_everything, random_graph
+    from tests.models.local.graphs import GRAPH, HEADS, HIDDEN, keep_everything, random_graph
 
     graph = build_interaction_graph(random_graph(), self_loops=True, virtual_nodes=1, seed=0,
                                     expander=ExpanderConfig(degree=4, ramanujan_slack=1.0, max_tries=50))
     torch.manual_seed(0)
-    branch = LocalMessagePassing("gatv2", HIDDEN, HEADS, graph_edge_type=GRAPH, edge_feature_dim=NUM_FEATURES)
+    branch = GATv2Branch(HIDDEN, HEADS, graph_edge_type=GRAPH, edge_feature_dim=NUM_FEATURES)
     reference = GATv2Conv(HIDDEN, HIDDEN // HEADS, heads=HEADS, edge_dim=NUM_FEATURES)
-    reference.load_state_dict(branch.conv.state_dict())
+    reference.load_state_dict(branch.state_dict())
     is_graph = graph.edge_type == GRAPH
     features = torch.rand(graph.num_edges, NUM_FEATURES) * is_graph.unsqueeze(1)
     degree = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"), GRAPH).graph_degree
@@ -311,5 +311,5 @@ def test_gatv2_branch_with_features_equals_pyg_gatv2conv_with_edge_dim():
     (full,) = sampler.full()
     assert torch.allclose(branch(h, h, full, degree), expected, atol=1e-5)
     without = GATv2Conv(HIDDEN, HIDDEN // HEADS, heads=HEADS)
-    without.load_state_dict({k: v for k, v in branch.conv.state_dict().items() if k != "lin_edge.weight"})
+    without.load_state_dict({k: v for k, v in branch.state_dict().items() if k != "lin_edge.weight"})
     assert not torch.allclose(without(h, graph.edge_index[:, is_graph]), expected, atol=1e-3)

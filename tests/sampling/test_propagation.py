@@ -8,7 +8,7 @@ from torch_geometric.nn import APPNP
 
 from sgt_core.sampling import propagation
 from sgt_core.sampling.propagation import appnp_top_k
-from tests.models.test_local_message_passing import random_graph
+from tests.models.local.graphs import random_graph
 from tests.threads import torch_threads
 
 

@@ -22,7 +22,7 @@ from sgt_core.sampling import sample_neighbours
 from sgt_core.seeding import seed_everything
 from sgt_core.train.outputs import HISTORY_FILE, MODEL_FILE
 from sgt_core.train.stage import _read_inputs, run_train
-from tests.models.test_local_message_passing import BRANCHES, keep_everything, random_graph, top_k_rows
+from tests.models.local.graphs import BRANCHES, keep_everything, random_graph, top_k_rows
 from tests.sampling.test_reservoir import csr
 from tests.stage_runner import run_stages
 from tests.train.test_distributed import _build_in_float64
@@ -112,7 +112,7 @@ def test_batched_forward_on_cuda_equals_full_graph_with_every_neighbour_kept(int
     graph = interaction_graph
     extras = NodeExtras.from_graph(graph, NODE_KINDS.index("substructure"), GRAPH).to(CUDA)
     steps = {} if top_k is None else {"local_steps": 10, "local_teleport": 0.1, "local_top_k": top_k}
-    model = network(graph, "gcn", "mean", **steps).to(CUDA)
+    model = network(graph, "gcn" if top_k is None else "appnp", "mean", **steps).to(CUDA)
     rows = None if top_k is None else top_k_rows(graph, 10, 0.1, top_k)
     sampler = keep_everything(graph, LAYERS, CUDA, propagation=rows)
     x, node_kind = graph.x.to(CUDA), graph.node_kind.to(CUDA)

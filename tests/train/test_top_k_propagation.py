@@ -1,4 +1,4 @@
-"""`model.local_top_k`: the gcn branch's K propagation steps train in Algorithm 2's batches, repeatably,
+"""`model.local_top_k`: the appnp branch's K propagation steps train in Algorithm 2's batches, repeatably,
 from rows computed once per graph and setting and then read from the artifact store."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tests.stage_runner import run_stages
 from tests.train.test_distributed import _distributed
 
 # ten APPNP steps in batches of 16 targets (72 training nodes: 5 optimiser steps an epoch)
-TOP_K = ["model.local=gcn", "model.local_steps=10", "model.local_teleport=0.1", "model.local_top_k=8",
+TOP_K = ["model.local=appnp", "model.local_steps=10", "model.local_teleport=0.1", "model.local_top_k=8",
          "train.batch_size=16", "train.epochs=6"]
 ROWS_LOGGER = rows_module.__name__
 

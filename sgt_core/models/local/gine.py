@@ -15,8 +15,8 @@ class GINEBranch(nn.Module):
     .. math::
         h'_i = \mathrm{MLP}\Big((1 + \epsilon)\, h_i + \frac{n_i}{s_i}\sum_{j \in N_s(i)} \mathrm{ReLU}(h_j + e_{ji})\Big)
 
-    over the input graph's own edges among those the layer keeps (`LocalMessagePassing`'s rule: the slots
-    of the `graph` type in a `SampledLayer`, every graph edge in a `FullLayer`). e_ji is the learned
+    over the input graph's own edges among those the layer keeps (`graph_edges`' rule: the slots of the
+    `graph` type in a `SampledLayer`, every graph edge in a `FullLayer`). e_ji is the learned
     embedding of the edge's categorical feature code (its bond type; code 0, an edge without features,
     has its own row), as GraphGPS embeds bond types before GINE, plus with continuous features f_ji [Fe]
     the linear map W f_ji + b that PyG's `GINEConv(edge_dim=Fe)` applies to its edge features (a code is

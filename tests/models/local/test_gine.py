@@ -6,7 +6,7 @@ import torch
 from torch_geometric.nn import GINEConv
 
 from sgt_core.layers import FullLayer, SampledLayer
-from sgt_core.models.gine_branch import GINEBranch
+from sgt_core.models.local import GINEBranch
 
 GRAPH, OTHER = 0, 2
 
