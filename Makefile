@@ -40,7 +40,7 @@ test-all: setup
 test-slow: setup
 	$(BIN)/pytest -m slow
 
-# The CUDA paths against the CPU's (tests/train/test_cuda.py): skipped where torch sees no GPU.
+# The CUDA paths against the CPU's (tests/train/test_device.py): skipped where torch sees no GPU.
 test-gpu: setup
 	$(BIN)/pytest -m gpu
 

@@ -1,7 +1,7 @@
 """The `preprocess` group: what the interaction graph is built from (conf/preprocess/default.yaml).
 
 Each component's group is the argument of the same name of `build_interaction_graph`; the defaults
-here are conf/'s (tests/test_config.py checks they agree), for code and tests that build one by hand.
+here are conf/'s (tests/config/test_compose.py checks they agree), for code and tests that build one by hand.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def build_interaction_graph(
     substructure tokens, LPE), each returning its edge blocks, node fields and statistics. On a dataset of
     many graphs (`graph_ptr` with G > 1) every component is built inside each graph, vectorised across graphs
     (`many_graphs`), so no edge joins two graphs; on one graph (no `graph_ptr`, or G = 1) each builds what it
-    always built, bit for bit (tests/preprocess/test_one_graph_unchanged.py).
+    always built, bit for bit (tests/preprocess/test_builder_one_graph_unchanged.py).
 
     Every (dst, src) pair appears once, so reservoir sampling without replacement over a node's incoming
     edges never draws the same neighbour twice:

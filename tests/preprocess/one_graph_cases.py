@@ -2,7 +2,7 @@
 
 `CHECKSUMS_FILE` holds the checksums the builder gave before the interaction graph's components learned
 to work per graph (issue 48), computed by `python -m tests.preprocess.one_graph_cases` on that code; the
-test (`test_one_graph_unchanged.py`) rebuilds every case and compares. Regenerate it only for an intended
+test (`test_builder_one_graph_unchanged.py`) rebuilds every case and compares. Regenerate it only for an intended
 change of the one-graph output, and say so in the commit.
 
 The cases: the default Minesweeper grid with the default preprocess options, as the stage builds it; every

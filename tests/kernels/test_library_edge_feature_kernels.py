@@ -9,7 +9,7 @@ import torch
 from sgt_core.kernels.library import cpu_kernels
 from sgt_core.models import fused_edge_attention as edge_module
 from sgt_core.models import fused_slot_attention as slot_module
-from tests.kernels.test_compiled_kernels import compact, random_graph, slot_inputs
+from tests.kernels.test_library import compact, random_graph, slot_inputs
 from tests.threads import torch_threads
 
 pytestmark = pytest.mark.skipif(cpu_kernels() is None, reason="no C++ compiler here: the torch kernels run instead")

@@ -15,7 +15,7 @@ import pytest
 from flows.prefect_server import OUR_MODULE
 from tests.conftest import REPO_ROOT
 from tests.flows.cli_process import TEMPORARY, temporary_server_env
-from tests.flows.test_reliability import write_npz
+from tests.flows.test_stage_run import write_npz
 
 HEAVY = ("torch", "prefect")  # what the fast path must not import
 

@@ -201,7 +201,7 @@ CHILD = """
 import logging, sys, torch
 logging.basicConfig(level=logging.WARNING)
 from sgt_core.kernels import library
-from tests.kernels.test_compiled_kernels import edge_inputs, random_graph, run_edge, run_slot, slot_inputs
+from tests.kernels.test_library import edge_inputs, random_graph, run_edge, run_slot, slot_inputs
 edge_index, code, in_degree = random_graph(300, 5000, 3, seed=0)
 edge = run_edge(edge_inputs(), edge_index, code, in_degree, 0.5, compiled=True)
 slot = run_slot(*slot_inputs(), compiled=True)
@@ -276,7 +276,7 @@ def test_the_operators_autograd_does_not_import_dynamo():
     call, which cost every stage process 1.3 s and ~70 MB (the train stage's peak and time regressed)."""
     child = """
 import sys
-from tests.kernels.test_compiled_kernels import edge_inputs, random_graph, run_edge, run_slot, slot_inputs
+from tests.kernels.test_library import edge_inputs, random_graph, run_edge, run_slot, slot_inputs
 edge_index, code, in_degree = random_graph(300, 5000, 3, seed=0)
 run_edge(edge_inputs(), edge_index, code, in_degree, 0.5, compiled=True)
 run_slot(*slot_inputs(), compiled=True)
