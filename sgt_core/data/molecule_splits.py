@@ -3,34 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from sgt_core.errors import ConfigError, DatasetError
-
-SPLIT_NAMES = ("train", "val", "test")
-
-
-def check_fractions(fractions: Mapping[str, float]) -> np.ndarray:
-    """`dataset.split_fractions` as float64 [3] (train, val, test): each in (0, 1], summing to at most 1.
-
-    Raises:
-        ConfigError: If a key is missing or unknown, or a fraction out of range.
-    """
-    if not isinstance(fractions, Mapping) or set(fractions) != set(SPLIT_NAMES):
-        found = sorted(fractions) if isinstance(fractions, Mapping) else repr(fractions)
-        raise ConfigError(f"dataset.split_fractions must have exactly the keys train, val, test; found {found}")
-    try:
-        values = np.array([float(fractions[name]) for name in SPLIT_NAMES])
-    except (TypeError, ValueError) as error:
-        raise ConfigError(f"dataset.split_fractions must be numbers, found {dict(fractions)}") from error
-    # A small tolerance so that e.g. 0.8 + 0.1 + 0.1 (= 1.0000000000000002) is accepted.
-    if not ((values > 0) & (values <= 1)).all() or values.sum() > 1 + 1e-9:
-        raise ConfigError(f"dataset.split_fractions must each lie in (0, 1] and sum to at most 1, found "
-                          f"{dict(fractions)}")
-    return values
+from sgt_core.data.splits import SPLIT_NAMES
+from sgt_core.errors import DatasetError
 
 
 def random_split(count: int, fractions: np.ndarray, seed: int) -> np.ndarray:

@@ -21,12 +21,12 @@ from torch_geometric.data import Data
 from sgt_core.data.many_graphs import build_graph_set
 from sgt_core.data.molecule_graphs import describe_skipped, join_graphs, parse_molecules
 from sgt_core.data.molecule_splits import (
-    check_fractions,
     random_split,
     read_split_file,
     scaffold_split,
     scaffolds,
 )
+from sgt_core.data.splits import check_split_fractions
 from sgt_core.errors import ConfigError, DatasetError
 
 log = logging.getLogger(__name__)
@@ -215,7 +215,7 @@ def load_molecules(
     """
     label_columns = [label_columns] if isinstance(label_columns, str) else list(label_columns)
     _check_keys(label_columns, task, split, split_file, split_seed, skip_invalid)
-    fractions = check_fractions(split_fractions) if split != "file" else None
+    fractions = check_split_fractions(split_fractions, "dataset.split_fractions") if split != "file" else None
     path = Path(os.path.abspath(Path(path).expanduser()))
     source = str(path)
     if not path.is_file():

@@ -11,12 +11,13 @@ from sgt_core.errors import ConfigError
 SPLIT_NAMES = ("train", "val", "test")
 
 
-def check_split_fractions(split: Mapping[str, float]) -> np.ndarray:
+def check_split_fractions(split: Mapping[str, float], key: str = "dataset.split") -> np.ndarray:
     """Checks a split config and returns its fractions in (train, val, test) order.
 
     Args:
         split: Mapping with exactly the keys "train", "val" and "test", each a fraction in (0, 1],
             summing to at most 1.
+        key: the config key the errors name (`dataset.split`, or `dataset.split_fractions` for molecules).
 
     Returns:
         float64 [3] fractions.
@@ -24,18 +25,19 @@ def check_split_fractions(split: Mapping[str, float]) -> np.ndarray:
     Raises:
         ConfigError: If keys are missing or unknown, or the fractions are out of range.
     """
+    fractions_of = key if key.endswith("fractions") else f"{key} fractions"
     if not isinstance(split, Mapping) or set(split) != set(SPLIT_NAMES):
         found = sorted(split) if isinstance(split, Mapping) else repr(split)
-        raise ConfigError(f"dataset.split must have exactly the keys train, val, test; found {found}")
+        raise ConfigError(f"{key} must have exactly the keys train, val, test; found {found}")
     try:
         fractions = np.array([float(split[name]) for name in SPLIT_NAMES])
     except (TypeError, ValueError) as error:
-        raise ConfigError(f"dataset.split fractions must be numbers, found {dict(split)}") from error
+        raise ConfigError(f"{fractions_of} must be numbers, found {dict(split)}") from error
     if not ((fractions > 0) & (fractions <= 1)).all():
-        raise ConfigError(f"dataset.split fractions must each lie in (0, 1], found {dict(split)}")
+        raise ConfigError(f"{fractions_of} must each lie in (0, 1], found {dict(split)}")
     # A small tolerance so that e.g. 0.6 + 0.2 + 0.2 (= 1.0000000000000002) is accepted.
     if fractions.sum() > 1 + 1e-9:
-        raise ConfigError(f"dataset.split fractions must sum to at most 1, found {fractions.sum():g}")
+        raise ConfigError(f"{fractions_of} must sum to at most 1, found {fractions.sum():g}")
     return fractions
 
 

@@ -254,7 +254,7 @@ def test_a_missing_file_is_named(tmp_path):
     ({"split_file": "s.json"}, "dataset.split_file is read only with dataset.split=file"),
     ({"split": "stratified"}, "dataset.split must be one of random, scaffold, file; found 'stratified'"),
     ({"task": "node_classification"}, "dataset.task must be null .* or one of graph_classification"),
-    ({"split_fractions": {"train": 0.9, "val": 0.1, "test": 0.1}}, "dataset.split_fractions must each lie in"),
+    ({"split_fractions": {"train": 0.9, "val": 0.1, "test": 0.1}}, "dataset.split_fractions must sum to at most 1"),
 ])
 def test_bad_keys_are_config_errors(tmp_path, keys, message):
     with pytest.raises(ConfigError, match=message):

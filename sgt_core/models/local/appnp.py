@@ -4,13 +4,14 @@ edges or through its top-k propagation rows (PPRGo, Bojchevski et al., 2020)."""
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from sgt_core.layers import FullLayer, SampledLayer
+from sgt_core.models.local.gcn import GCNBranch
 from sgt_core.models.local.messages import gcn_weights, graph_edges, query_rows, sum_messages
 
 
-class APPNPBranch(nn.Module):
+class APPNPBranch(GCNBranch):
     r"""APPNP as the GraphGPS local branch: K steps of personalised-PageRank propagation of z_0 = W h.
 
     .. math::
@@ -43,20 +44,12 @@ class APPNPBranch(nn.Module):
 
     def __init__(self, hidden: int, steps: int, teleport: float, top_k: int | None = None,
                  graph_edge_type: int = 0) -> None:
-        super().__init__()
         if steps < 1 or not 0.0 <= teleport < 1.0:
             raise ValueError(f"need steps >= 1 and 0 <= teleport < 1, got steps={steps}, teleport={teleport}")
         if top_k is not None and top_k < 1:
             raise ValueError(f"top_k must be None or >= 1, got {top_k}")
-        self.steps, self.teleport, self.top_k, self.graph_edge_type = steps, teleport, top_k, graph_edge_type
-        self.lin = nn.Linear(hidden, hidden, bias=False)
-        self.bias = nn.Parameter(torch.empty(hidden))
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        """`GCNConv`'s initialisation: the weight glorot, the bias zero."""
-        nn.init.xavier_uniform_(self.lin.weight)
-        nn.init.zeros_(self.bias)
+        super().__init__(hidden, graph_edge_type)  # GCNConv's parameters, initialised as GCNConv's
+        self.steps, self.teleport, self.top_k = steps, teleport, top_k
 
     def forward(self, h: Tensor, query_h: Tensor, layer: SampledLayer | FullLayer, graph_degree: Tensor) -> Tensor:
         if self.top_k is not None:

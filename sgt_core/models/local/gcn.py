@@ -20,14 +20,14 @@ class GCNBranch(nn.Module):
     n_i graph neighbours the neighbour sum is rescaled by n_i / s_i, an unbiased estimate of the full sum
     whenever the kept ones are a uniform choice and s_i > 0 (with s_i = 0 the branch adds nothing but the
     node's own term). With every neighbour kept it is `GCNConv` on the graph, whose state dict (`lin`,
-    `bias`) loads into it and back; tests/models/local/test_gcn.py checks it.
+    `bias`) loads into it and back; tests/models/local/test_branches.py checks it.
 
     The edges: a layer's pattern holds every kind of interaction edge (expander, virtual, anchor, ...);
     the branch uses only the `graph` ones (`graph_edges`): in a `SampledLayer` the slots of that type (the
     fixed-degree layout and Algorithm 2's batches are unchanged), in a `FullLayer` all of the graph's
     edges. It runs as a bipartite layer from the layer's input rows (K) to its queries (Q): no [K, D]
     output for the K - Q rows nobody reads. Written in plain torch rather than calling PyG: importing
-    torch_geometric imports torch._dynamo, ~1.3 s and ~160 MB in every train stage process, and the sum
+    torch_geometric imports torch._dynamo in every train stage process, and the sum
     needs per-target weights that the layer cannot take.
 
     Args:
