@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks.run import run_stage
 from sgt_core.artifacts import ArtifactStore
 from sgt_core.config import compose_config
@@ -12,6 +14,7 @@ from tests.conftest import TINY_OVERRIDES
 TOP_K = ["model.local=appnp", "model.local_steps=3", "model.local_teleport=0.1", "model.local_top_k=4"]
 
 
+@pytest.mark.e2e  # four stages through the benchmark's runner, in processes of their own
 def test_the_top_k_rows_of_a_benchmark_run_land_in_its_store_not_the_default_artifacts(tmp_path, monkeypatch):
     default_artifacts = tmp_path / "default-artifacts"
     monkeypatch.setenv("SGT_ARTIFACTS", str(default_artifacts))  # where the composed config points by default

@@ -118,6 +118,7 @@ def test_changed_estimator_option_reruns_estimate_and_after(pipeline):
     assert changed["keys"]["preprocess"] == first["keys"]["preprocess"]
 
 
+@pytest.mark.e2e  # three more pipeline runs; make test keeps the single-run flow tests
 def test_multirun_over_seeds_summarises(prefect_server, tmp_path, capsys):
     from flows.cli import main
 

@@ -216,6 +216,7 @@ def test_a_failing_rank_is_one_clear_error(upstream, tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing written, the launch folder removed
 
 
+@pytest.mark.e2e  # a second torchrun launch; make test keeps the one-node DDP tests
 def test_a_second_node_joins_through_sgt_ddp_node_at_the_same_endpoint(upstream, tmp_path):
     """Two torchrun "nodes" of one process each, on this machine, meeting at a c10d rendezvous endpoint.
 
