@@ -125,6 +125,7 @@ def test_the_training_set_up_refuses_rows_that_do_not_match_the_config(artifacts
         WideNetworkTraining.build(cfg, graph, scores, torch.device("cpu"), rows if given else None)
 
 
+@pytest.mark.e2e  # torchrun again; make test keeps the rows in one process and DDP without them
 def test_propagation_rows_train_under_ddp_through_torchrun(artifacts_dir, caplog):
     """Two ranks (torchrun, gloo): the stage computes the rows once, before they start, and rank 0 reads
     them from the store; each rank's batches carry their targets' rows, as one process's do."""
