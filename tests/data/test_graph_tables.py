@@ -17,6 +17,7 @@ from sgt_core.data import load_dataset
 from sgt_core.data.splits import stratified_split
 from sgt_core.errors import ConfigError, DatasetError
 from sgt_core.pipeline import stage_keys
+from tests.data.test_tables import with_changes
 
 SIZES = [4, 3, 5, 3, 4, 6, 3, 5]  # atoms of each molecule, in graph-id order
 GRAPH_IDS = [f"mol-{index}" for index in range(len(SIZES))]
@@ -80,13 +81,7 @@ def config(paths: dict[str, Path], **changes) -> dict:
                   "categorical": ["bond"]},
         "graphs": {"path": str(paths["graphs"]), "id": "id", "label": "label", "split": "split"},
     }
-    for key, value in changes.items():
-        section, _, name = key.partition("__")
-        if name:
-            cfg[section][name] = value
-        else:
-            cfg[key] = value
-    return cfg
+    return with_changes(cfg, changes)
 
 
 def expected_nodes() -> dict[str, np.ndarray]:

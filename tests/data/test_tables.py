@@ -77,6 +77,17 @@ def write_table(path: Path, columns: dict) -> Path:
     return path
 
 
+def with_changes(cfg: dict, changes: dict) -> dict:
+    """`cfg` with `changes` applied: `section__key=value` sets a key of a section, `key=value` a top-level one."""
+    for key, value in changes.items():
+        section, _, name = key.partition("__")
+        if name:
+            cfg[section][name] = value
+        else:
+            cfg[key] = value
+    return cfg
+
+
 def table_config(nodes_path: Path, edges_path: Path, **changes) -> dict:
     """The parquet dataset config, as Hydra hands it over; `changes` replace nodes.*/edges.*/top-level keys."""
     cfg = {
@@ -88,13 +99,7 @@ def table_config(nodes_path: Path, edges_path: Path, **changes) -> dict:
         "edges_sql": None,
         "split": SPLIT,
     }
-    for key, value in changes.items():
-        section, _, name = key.partition("__")
-        if name:
-            cfg[section][name] = value
-        else:
-            cfg[key] = value
-    return cfg
+    return with_changes(cfg, changes)
 
 
 def assert_graph_matches(graph, nodes: dict, edges: dict) -> None:
