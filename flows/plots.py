@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from flows.tracking import Tracker
     from sgt_core.pipeline import StageResult
 
-PLOTS_DIR = "plots"  # artifact folder of a run's figures
 
 PANEL_SIZE = (4.5, 3.4)  # inches per subplot; at 100 dpi a panel is 450 x 340 pixels
 DPI = 100
@@ -188,6 +187,7 @@ def _plotting_process_main(jobs, flow_pid: int) -> None:
     ("error", exception), until the flow's process closes its end or ends. It leaves Ctrl-C to the flow, which
     waits for the figures it asked for before it records its end."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked since its start (PlottingProcess)
     end_with(flow_pid, signal.SIGTERM, death_signal=False)
     while True:
         try:
@@ -215,7 +215,13 @@ class PlottingProcess:
         self._lock = threading.Lock()
         self.process = context.Process(target=_plotting_process_main, args=(jobs, os.getpid()),
                                        name="sgt-plots", daemon=True)
-        self.process.start()
+        # A Ctrl-C in the terminal reaches it too: it starts with SIGINT blocked (the mask survives exec) and
+        # ignores SIGINT before unblocking it, so that not even its start-up prints a KeyboardInterrupt.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self.process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         jobs.close()
 
     def draw(self, stage: str, result: StageResult, samples: list[tuple[float, float]], folder: Path) -> None:

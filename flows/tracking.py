@@ -23,7 +23,6 @@ from mlflow.tracking import MlflowClient
 from flows.hooks import StageHooks, StageRun
 from flows.interrupts import is_interrupt
 from flows.locations import tracking_uri
-from flows.plots import PLOTS_DIR
 from sgt_core.artifacts import is_url, process_exists
 from sgt_core.pipeline import StageResult, dataset_id
 
@@ -35,6 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("sgt")
 
 _BATCH = 100  # MLflow accepts at most 100 params per log_batch call
+PLOTS_DIR = "plots"  # artifact folder of a run's figures
 WORKER_TAG = "sgt.worker"  # where a stage ran: `<pool>@<host>` on a work pool, `local@<host>` in the flow
 
 

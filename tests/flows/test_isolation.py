@@ -21,7 +21,7 @@ from sgt_core.estimate.outputs import SCORES_FILE
 from sgt_core.pipeline import STAGE_BY_NAME, stage_environment
 from sgt_core.preprocess.outputs import INTERACTION_GRAPH_FILE
 from tests.conftest import REPO_ROOT, TINY_OVERRIDES
-from tests.flows.cli_process import TEMPORARY, temporary_server_env
+from tests.flows.cli_process import session_env
 from tests.stage_runner import run_stages
 
 
@@ -95,13 +95,12 @@ sys.exit(status)
 """
 
 
-def test_the_flows_process_conducts_without_torch_or_plotting(tmp_path, temporary_prefect_home):
+def test_the_flows_process_conducts_without_torch_or_plotting(prefect_server, tmp_path):
     """The stages, the dataset's check, the kernel backend in the keys and the figures all run in processes of
     their own: the flow's process holds Prefect and MLflow only, so the run's largest process is a stage."""
     artifacts = tmp_path / "artifacts"
-    done = subprocess.run([sys.executable, "-c", FLOW_PROCESS, "run", *TINY_OVERRIDES, TEMPORARY,
-                           f"paths.artifacts={artifacts}"], cwd=REPO_ROOT, capture_output=True, text=True,
-                          env=temporary_server_env(temporary_prefect_home), timeout=600, check=False)
+    done = subprocess.run([sys.executable, "-c", FLOW_PROCESS, "run", *TINY_OVERRIDES], cwd=REPO_ROOT,
+                          capture_output=True, text=True, env=session_env(artifacts), timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "imported: []" in done.stdout
     assert "test_roc_auc" in done.stdout  # it computed every stage
