@@ -1,5 +1,7 @@
 """`python -m flows.cli`: the `sgt` command."""
 
-from flows.cli import program
+import sys
 
-program()
+from flows.cli import main
+
+sys.exit(main())
