@@ -2,8 +2,10 @@
 
 The stage processes are forked from a server process (multiprocessing's forkserver) that imported torch
 and the stage modules once: a stage starts in milliseconds instead of re-importing torch (~2 s), and
-none of them carries Prefect, MLflow or matplotlib, which stay in the flow's process. The server has
-run no torch operation, so forking it is safe (no OpenMP or CUDA state to inherit).
+none of them carries Prefect, MLflow or matplotlib, which stay in the flow's process. The flow's process
+never imports torch: what it must know from torch before the stages run (whether the dataset loads, the
+kernel backend in the cache keys) it asks a process forked from the same server (`call_in_stage_process`).
+The server has run no torch operation, so forking it is safe (no OpenMP or CUDA state to inherit).
 
 What crosses the process boundary: the config, input folders and output folder in; the stage's metrics
 and its peak RSS out; its log records, re-emitted in the flow's process under their own logger names
@@ -17,6 +19,7 @@ runs: the same setting, for that process alone, without spawning afresh (re-impo
 
 from __future__ import annotations
 
+import importlib
 import logging
 import logging.handlers
 import multiprocessing
@@ -114,6 +117,52 @@ def _stage_main(name: str, cfg: dict, inputs: dict[str, Path], out_dir: Path, en
             results.send(("error", RuntimeError(f"{type(error).__name__}: {error}"), details))
     finally:
         results.close()
+
+
+def _call_main(function: str, args: tuple, environment: dict[str, str], results, flow_pid: int) -> None:
+    """A helper process of the flow's: calls "module:name"(*args), sends ("ok", its result) or ("error", exception)."""
+    end_with(flow_pid, signal.SIGTERM, death_signal=False)
+    os.environ.clear()  # the flow's environment now, as a stage's process takes it
+    os.environ.update(environment)
+    try:
+        module, _, name = function.partition(":")
+        results.send(("ok", getattr(importlib.import_module(module), name)(*args)))
+    except BaseException as error:  # noqa: BLE001 - every failure is re-raised in the flow's process
+        try:
+            results.send(("error", error))
+        except Exception:  # noqa: BLE001 - an exception that cannot be pickled: send its text instead
+            results.send(("error", RuntimeError(f"{type(error).__name__}: {error}")))
+    finally:
+        results.close()
+
+
+def call_in_stage_process(function: str, *args):
+    """Calls `function` ("module:name") with `args` in a process forked from the stages' server and returns
+    its result; its exception is re-raised here as the same type.
+
+    For what the flow must know before the stages run but only torch can tell (the kernel backend that
+    enters the cache keys, whether the dataset loads): the flow's process never imports torch, the
+    server has it imported already, and what the call loads ends with its process.
+    """
+    context = _context()
+    receiving, sending = context.Pipe(duplex=False)
+    process = context.Process(target=_call_main, name="sgt-check",
+                              args=(function, args, dict(os.environ), sending, os.getpid()))
+    process.start()
+    sending.close()
+    try:
+        status, payload = receiving.recv()
+        process.join()
+    except EOFError:
+        raise StageProcessDied(f"{function}: its process (pid {process.pid}) ended without answering") from None
+    finally:  # an interrupt here ends it at once
+        receiving.close()
+        if process.is_alive():
+            process.kill()
+            process.join()
+    if status == "error":
+        raise payload
+    return payload
 
 
 def _forward(records) -> None:

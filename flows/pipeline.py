@@ -10,12 +10,13 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.flow_runs import claim_flow_run, crash_flow_runs_of_dead_processes
 from flows.interrupts import begin_run, in_stage, is_interrupt
+from flows.keys import run_keys
 from flows.stage_run import run_stage
 from flows.tracking import Tracker
 from sgt_core.artifacts import ArtifactStore, fingerprint
 from sgt_core.config import STAGE_NAMES, compose_config
 from sgt_core.object_store import open_store
-from sgt_core.pipeline import STAGES, stage_keys, stage_material
+from sgt_core.pipeline import STAGES, stage_material
 
 log = logging.getLogger("sgt")
 
@@ -62,6 +63,19 @@ def rekeyed(cfg: dict, keys: dict[str, str], name: str, key: str) -> dict[str, s
     return keys
 
 
+def import_engines_early() -> None:
+    """Imports Prefect's flow and task engines on a thread of their own: Prefect imports them at a process's first
+    flow call (a second or two of CPU), which the run can spend while it waits for its checks instead."""
+    import importlib
+    import threading
+
+    def import_engines() -> None:
+        for module in ("prefect.flow_engine", "prefect.task_engine"):
+            importlib.import_module(module)
+
+    threading.Thread(target=import_engines, name="sgt-prefect-engines", daemon=True).start()
+
+
 # One Prefect task per stage, so each appears by name in the Prefect UI. Caching is ours (artifact
 # keys), not Prefect's, so Prefect's own input hashing is switched off.
 STAGE_TASKS = {
@@ -83,7 +97,7 @@ def sgt_pipeline(overrides: list[str] | None = None, parent_run_id: str | None =
     """
     begin_run()
     cfg = compose_config(overrides)
-    keys = stage_keys(cfg)
+    keys = run_keys(cfg)
     force_from = STAGE_NAMES.index(cfg["stage"]) if cfg["stage"] != "all" else len(STAGE_NAMES)
     claim_flow_run()  # so that a later run can tell this one's flow run from a live one, should this process die
     tracker = Tracker(cfg)

@@ -1,21 +1,28 @@
 """Matplotlib figures of what a stage computed, for its MLflow run: curves, score summaries, degrees, memory.
 
 Figures are built as `matplotlib.figure.Figure` objects, never through pyplot: no global figure state, so
-drawing is safe on the tracker's logging thread, and PNGs are rendered by the Agg backend without a
-display. Matplotlib (and DuckDB, for the score summaries) are imported when the first figure is drawn,
-on that thread: a pipeline process that plots nothing (a cached run) never loads them.
+drawing is safe on any thread, and PNGs are rendered by the Agg backend without a display. A run's stage
+figures are drawn in a plotting process of its own (`plotting_process`), which alone imports Matplotlib
+(and DuckDB, for the score summaries), when the first figure is drawn: a run that plots nothing (a cached
+one) never starts it, and the flow's process never holds them.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import tempfile
+import threading
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from flows.hooks import StageHooks, StageRun
 from sgt_core.export.outputs import SCORES_DIR
+from sgt_core.lifeline import end_with
 from sgt_core.preprocess.outputs import IN_DEGREES_FILE
 from sgt_core.train.outputs import SAMPLED_DEGREES_FILE
 
@@ -24,6 +31,7 @@ if TYPE_CHECKING:
 
     from flows.tracking import Tracker
     from sgt_core.pipeline import StageResult
+
 
 PANEL_SIZE = (4.5, 3.4)  # inches per subplot; at 100 dpi a panel is 450 x 340 pixels
 DPI = 100
@@ -165,13 +173,97 @@ def stage_figures(stage: str, result: StageResult) -> dict[str, Figure]:
     return figures
 
 
+def draw_stage_figures(stage: str, result: StageResult, samples: list[tuple[float, float]], folder: Path) -> None:
+    """Saves every figure of a stage's result (`stage_figures`) and its memory trace as `folder/<name>.png`."""
+    figures = stage_figures(stage, result)
+    if samples:  # none only where the system has no /proc to read a stage's memory from
+        figures["memory"] = memory_over_time(samples, f"{stage}: resident memory (RSS) over time")
+    for name, figure in figures.items():
+        figure.savefig(folder / f"{name}.png")
+
+
+def _plotting_process_main(jobs, flow_pid: int) -> None:
+    """The plotting process: draws each job's figures (`draw_stage_figures`) and answers ("ok", None) or
+    ("error", exception), until the flow's process closes its end or ends. It leaves Ctrl-C to the flow, which
+    waits for the figures it asked for before it records its end."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked since its start (PlottingProcess)
+    end_with(flow_pid, signal.SIGTERM, death_signal=False)
+    while True:
+        try:
+            job = jobs.recv()
+        except EOFError:
+            return
+        try:
+            draw_stage_figures(*job)
+            jobs.send(("ok", None))
+        except Exception as error:  # noqa: BLE001 - every failure is re-raised in the flow's process
+            jobs.send(("error", error))
+
+
+class PlottingProcess:
+    """The process that draws the figures of a flow's stages: started afresh (spawn), not forked from the stages'
+    server, so it holds matplotlib and DuckDB's score summaries but never torch, and the flow's process holds
+    none of them (the run's largest process is a stage). One per flow process, kept for its later runs
+    (`sgt tune`'s trials); a daemon, so it ends when that process exits, without being waited for."""
+
+    def __init__(self) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self._jobs, jobs = context.Pipe()
+        self._lock = threading.Lock()
+        self.process = context.Process(target=_plotting_process_main, args=(jobs, os.getpid()),
+                                       name="sgt-plots", daemon=True)
+        # A Ctrl-C in the terminal reaches it too: it starts with SIGINT blocked (the mask survives exec) and
+        # ignores SIGINT before unblocking it, so that not even its start-up prints a KeyboardInterrupt.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self.process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        jobs.close()
+
+    def draw(self, stage: str, result: StageResult, samples: list[tuple[float, float]], folder: Path) -> None:
+        """`draw_stage_figures` in the plotting process; its error is raised here."""
+        with self._lock:
+            self._jobs.send((stage, result, samples, folder))
+            try:
+                status, error = self._jobs.recv()
+            except EOFError:
+                raise RuntimeError(f"the plotting process (pid {self.process.pid}) ended while drawing {stage}'s "
+                                   "figures") from None
+        if status == "error":
+            raise error
+
+
+_plotter: PlottingProcess | None = None
+_plotter_lock = threading.Lock()
+
+
+def plotting_process() -> PlottingProcess:
+    """This process's plotting process, started on first use."""
+    global _plotter
+    with _plotter_lock:
+        if _plotter is None or not _plotter.process.is_alive():
+            _plotter = PlottingProcess()
+        return _plotter
+
+
 class PlotHooks(StageHooks):
     """Draws the figures of a stage that computed, and its memory trace, and logs them to its run as
-    `plots/<name>.png`, all on the tracker's logging thread so that the next stage need not wait.
+    `plots/<name>.png`, all from the tracker's logging thread so that the next stage need not wait.
+
+    The figures are drawn in the plotting process (`plotting_process`) where the stages run in processes of
+    their own (stage_isolation=process), else on the logging thread itself.
     """
 
-    def __init__(self, tracker: Tracker) -> None:
-        self.tracker = tracker
+    def __init__(self, tracker: Tracker, own_process: bool = True) -> None:
+        self.tracker, self.own_process = tracker, own_process
+
+    def before_stage(self, run: StageRun) -> None:
+        if self.own_process and not run.cache_hit:
+            plotting_process()  # starts it, if need be, while the stage runs: it is ready when the stage ends
 
     def after_stage(self, run: StageRun, result: StageResult) -> None:
         if not run.cache_hit:  # a cache hit's plots are on the run that computed it
@@ -179,7 +271,9 @@ class PlotHooks(StageHooks):
                                run.memory.samples)
 
     def _draw_and_log(self, run_id: str, stage: str, result: StageResult, samples: list[tuple[float, float]]) -> None:
-        figures = stage_figures(stage, result)
-        if samples:  # none only where the system has no /proc to read a stage's memory from
-            figures["memory"] = memory_over_time(samples, f"{stage}: resident memory (RSS) over time")
-        self.tracker.log_figures(run_id, figures)
+        with tempfile.TemporaryDirectory(prefix="sgt-plots-") as folder:
+            if self.own_process:
+                plotting_process().draw(stage, result, samples, Path(folder))
+            else:
+                draw_stage_figures(stage, result, samples, Path(folder))
+            self.tracker.log_figure_files(run_id, Path(folder))

@@ -3,7 +3,8 @@
 Two steps. `check_start` answers in about a second, before any Prefect server starts and before torch is
 imported: where the run writes (the artifacts folder and the MLflow store's, writable, with room to start)
 and what it reads (the dataset's files exist and parse). `check_run` then loads the dataset as the
-preprocess stage will, with every check of the data contract, while the Prefect server starts.
+preprocess stage will, with every check of the data contract, while the Prefect server starts: in a
+process of the stages' own, so that the flow's process never imports torch.
 """
 
 from __future__ import annotations
@@ -138,29 +139,34 @@ def check_named_files(dataset: dict) -> None:
 
 
 def check_run(cfg: dict) -> dict:
-    """Checks a composed config and its dataset before any stage runs or any run is recorded; returns it."""
+    """Checks a composed config and its dataset before any stage runs or any run is recorded; returns it.
+
+    The dataset is loaded where the stages run: in a process of the stages' server (stage_isolation=process),
+    whose torch and loaders are imported already, so that the flow's process never imports them; here
+    otherwise.
+    """
     from flows.locations import tracking_uri
-    from sgt_core.object_store import open_store
-    from sgt_core.pipeline import stage_keys
 
-    keys = stage_keys(cfg)
     tracking_uri(cfg)  # an object-store artifacts root needs an MLflow store named elsewhere
-    store = open_store(cfg["paths"]["artifacts"])
-    if cfg["stage"] in ("all", "preprocess") and cfg["dataset"]["name"] not in LOADED_BY_THE_STAGE and not (
-        cfg["stage"] == "all" and store.is_complete("preprocess", keys["preprocess"])
-    ):
-        from sgt_core.data import load_dataset  # here: its loaders take seconds to import
+    if cfg["stage"] in ("all", "preprocess") and cfg["dataset"]["name"] not in LOADED_BY_THE_STAGE:
+        if cfg["stage_isolation"] == "process" and cfg["orchestration"]["mode"] == "local":
+            from flows.isolation import call_in_stage_process
 
-        load_dataset(cfg["dataset"], seed=cfg["seed"])  # raises DatasetError naming the file and problem
+            call_in_stage_process("flows.preflight:load_dataset_unless_cached", cfg)
+        else:
+            load_dataset_unless_cached(cfg)
     return cfg
 
 
-def fully_cached(cfg: dict) -> bool:
-    """Whether the run will compute nothing: every stage's artifact is in the store under its key."""
+def load_dataset_unless_cached(cfg: dict) -> None:
+    """Loads the dataset as the preprocess stage will, for its errors only (DatasetError names the file and the
+    problem), unless the run will reuse a cached preprocess result instead."""
+    from sgt_core.artifacts import fingerprint
+    from sgt_core.data import load_dataset  # its loaders take seconds to import
     from sgt_core.object_store import open_store
-    from sgt_core.pipeline import STAGES, stage_keys
+    from sgt_core.pipeline import STAGES, stage_material
 
-    if cfg["stage"] != "all":
-        return False
-    store, keys = open_store(cfg["paths"]["artifacts"]), stage_keys(cfg)
-    return all(store.is_complete(stage.name, keys[stage.name]) for stage in STAGES)
+    preprocess_key = fingerprint(stage_material(STAGES[0], cfg, {}))  # the first stage's key needs no other
+    if cfg["stage"] == "all" and open_store(cfg["paths"]["artifacts"]).is_complete("preprocess", preprocess_key):
+        return
+    load_dataset(cfg["dataset"], seed=cfg["seed"])

@@ -35,7 +35,7 @@ def run_stage(
     run = StageRun(stage, cache.key, cache.reuse(force, verify_checksums),
                    {section: cfg[section] for section in stage.config_sections})
     hooks: tuple[StageHooks, ...] = (MlflowHooks(tracker, parent_run_id, worker), StageLog(tracker, cache.store.root),
-                                     PlotHooks(tracker))
+                                     PlotHooks(tracker, own_process=cfg["stage_isolation"] == "process"))
     try:
         for hook in hooks:
             hook.before_stage(run)

@@ -76,6 +76,26 @@ def _store_creation_lock(uri: str) -> AbstractContextManager:
     return FileLock(database.with_name(database.name + ".lock"))
 
 
+def open_store_early(cfg: dict, new: bool = True) -> bool:
+    """Opens the run's sqlite MLflow store on a thread of its own (a new store's tables take seconds) while the
+    run waits for its checks or its flow to start; returns whether it did. The run's Tracker then finds it
+    open (MLflow keeps one store per URI), or waits on the store's lock until it is. A failure is left to the
+    Tracker, which reports it. `new=False` opens only a store that exists: a run refused afterwards (its
+    dataset's content) must leave nothing behind."""
+    import threading
+
+    uri = tracking_uri(cfg)
+    if not uri.startswith("sqlite:///") or not (new or Path(uri.removeprefix("sqlite:///")).is_file()):
+        return False
+
+    def open_store() -> None:
+        with contextlib.suppress(Exception), _store_creation_lock(uri):
+            MlflowClient(uri)
+
+    threading.Thread(target=open_store, name="sgt-mlflow-store", daemon=True).start()
+    return True
+
+
 class Tracker:
     """Creates the pipeline's parent run and one nested child run per stage, through MlflowClient.
 
@@ -187,6 +207,10 @@ class Tracker:
         """Each figure as `plots/<name>.png` on the run."""
         for name, figure in figures.items():
             self.client.log_figure(run_id, figure, f"{PLOTS_DIR}/{name}.png")
+
+    def log_figure_files(self, run_id: str, folder: Path) -> None:
+        """Each figure drawn into `folder` (`<name>.png`) as `plots/<name>.png` on the run."""
+        self.client.log_artifacts(run_id, str(folder), PLOTS_DIR)
 
     def log_artifact(self, run_id: str, path: Path, artifact_path: str | None = None) -> None:
         if path.is_dir():

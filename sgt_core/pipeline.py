@@ -7,16 +7,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
-from sgt_core import kernels
 from sgt_core.artifacts import file_fingerprint, fingerprint
 from sgt_core.code_version import PACKAGE_ROOT, code_files, code_version
 from sgt_core.errors import ConfigError, DatasetError
 from sgt_core.estimate import outputs as estimate_outputs
 from sgt_core.export import outputs as export_outputs
 from sgt_core.train import outputs as train_outputs
-from sgt_core.train.device import resolve_device
 
 
 @dataclass(frozen=True)
@@ -108,7 +104,14 @@ def kernel_backend(requested: str) -> str:
     the torch kernels run; on the CPU the compiled ones unless they are switched off (SGT_CPU_KERNELS=0)
     or cannot be built. `kernels.backend()` answers that as the stage will: it never raises, and builds
     once per machine (about a minute, or ahead of time by `make setup`), then loads in milliseconds.
+    It imports torch: a process that must not (the flow's) has the keys computed in a stage's process
+    (flows/keys.py).
     """
+    import torch
+
+    from sgt_core import kernels
+    from sgt_core.train.device import resolve_device
+
     try:
         device = resolve_device(requested)
     except ConfigError:  # cuda asked for on a machine without it: the stage itself reports that clearly

@@ -8,6 +8,7 @@ into one line. This module builds the parser from theirs and runs the chosen com
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import sys
@@ -16,12 +17,14 @@ from flows.cli import results, run, servers, stages, tune
 from flows.cli.errors import describe_environment_error, drop_expected_tracebacks
 from sgt_core.errors import SGTError
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "program"]
 
 
 def _configure_environment() -> None:
     # Must happen before Prefect is imported: it reads its settings at import time.
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "sgt_core,sgt")
+    # What the run logs outside its flow run (the servers starting, the preflight) goes to the terminal only.
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", datefmt="%H:%M:%S")
@@ -51,6 +54,16 @@ def main(argv: list[str] | None = None) -> int:
     _configure_environment()
     with terminating_as_interrupts():
         return _command(args)
+
+
+def program() -> None:
+    """`sgt` as a program (its console script, `python -m flows.cli`): `main` on the command line's arguments,
+    then exit with its status."""
+    status = main()
+    # Python's last collection at exit walks every object still alive (Prefect's, MLflow's and pydantic's
+    # models: seconds of a run's end); the command has closed its files and runs, so the exit skips them.
+    gc.freeze()
+    sys.exit(status)
 
 
 def _command(args: argparse.Namespace) -> int:

@@ -1,7 +1,5 @@
 """`python -m flows.cli`: the `sgt` command."""
 
-import sys
+from flows.cli import program
 
-from flows.cli import main
-
-sys.exit(main())
+program()

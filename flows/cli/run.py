@@ -51,29 +51,37 @@ def expand_sweeps(overrides: list[str]) -> list[list[str]]:
 
 
 def command_run(overrides: list[str], multirun: bool = False) -> int:
-    from flows.preflight import check_run, check_start, fully_cached
+    from flows.preflight import check_run, check_start
     from sgt_core.config import compose_config
 
     runs = expand_sweeps(overrides) if multirun else [overrides]
     configs = [compose_config(run_overrides) for run_overrides in runs]  # a bad one fails before any server
     for cfg in configs:  # the artifacts folder and the input files: seconds, no torch and no Prefect yet
         check_start(cfg)
+    if any(cfg["stage_isolation"] == "process" and cfg["orchestration"]["mode"] == "local" for cfg in configs):
+        from flows.isolation import warm_up
+
+        # The stages' process server starts now (seconds): it loads the dataset for check_run and tells the
+        # kernel backends for the cache keys, so that this process never imports torch.
+        warm_up()
     # Prefect's server starts now (seconds), while the runs are checked and the flow's modules imported.
     server = start_prefect_server(configs[0])
     with stopped_on_failure(server):
-        for cfg in configs:  # all checked before the first run
-            check_run(cfg)
         if any(cfg["orchestration"]["mode"] == "pools" for cfg in configs) and not _prefect_api_url_set():
             # A temporary Prefect server would have no workers: every stage would wait for one in vain.
             raise SGTError("orchestration=pools: needs a Prefect server that the pools' workers use; set "
                            "PREFECT_API_URL (e.g. http://127.0.0.1:4200/api after `make ui`) and start `sgt workers`")
-        if any(cfg["stage_isolation"] == "process" and not fully_cached(cfg) for cfg in configs):
-            from flows.isolation import warm_up
-
-            warm_up()  # the stages' process server starts while Prefect's does
-        from flows.pipeline import sgt_pipeline
+        # Prefect and MLflow, while the two servers start
+        from flows.pipeline import import_engines_early, sgt_pipeline
         from flows.report import format_metric
+        from flows.tracking import open_store_early
 
+        import_engines_early()  # while the runs are checked
+        opened = open_store_early(configs[0], new=False)  # an existing store while the runs are checked
+        for cfg in configs:  # all checked before the first run
+            check_run(cfg)
+        if not opened:
+            open_store_early(configs[0])  # a new one while Prefect's flow starts
         if server is not None:
             server.ready()
 

@@ -13,13 +13,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from flows.isolation import StageProcessDied, run_stage_in_process
+from flows.isolation import StageProcessDied, call_in_stage_process, run_stage_in_process
 from sgt_core.artifacts import ArtifactError
 from sgt_core.config import compose_config
+from sgt_core.errors import DatasetError
 from sgt_core.estimate.outputs import SCORES_FILE
 from sgt_core.pipeline import STAGE_BY_NAME, stage_environment
 from sgt_core.preprocess.outputs import INTERACTION_GRAPH_FILE
 from tests.conftest import REPO_ROOT, TINY_OVERRIDES
+from tests.flows.cli_process import session_env
 from tests.stage_runner import run_stages
 
 
@@ -69,6 +71,40 @@ def test_the_stage_processes_carry_no_orchestration_libraries():
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT,
                                check=True)
     assert completed.stdout.strip() == "[]"
+
+
+def test_a_call_in_a_stage_process_answers_there_and_raises_its_error(tmp_path):
+    assert call_in_stage_process("os:getpid") != os.getpid()
+    os.environ["SGT_TEST_MARK"] = "now"  # the flow's environment as it is at the call, not at the server's start
+    try:
+        assert call_in_stage_process("os:getenv", "SGT_TEST_MARK") == "now"
+    finally:
+        del os.environ["SGT_TEST_MARK"]
+    cfg = compose_config(["dataset=npz", f"dataset.path={tmp_path / 'missing.npz'}", f"paths.artifacts={tmp_path}"])
+    with pytest.raises(DatasetError, match="missing.npz"):
+        call_in_stage_process("flows.preflight:load_dataset_unless_cached", cfg)
+
+
+# The flow's own process, running a whole computing pipeline: which of the heavy libraries it imported.
+FLOW_PROCESS = """
+import sys
+from flows.cli import main
+status = main(sys.argv[1:])
+print("imported:", sorted({m.split(".")[0] for m in sys.modules} & {"torch", "torch_geometric", "matplotlib", "duckdb"}))
+sys.exit(status)
+"""
+
+
+def test_the_flows_process_conducts_without_torch_or_plotting(prefect_server, tmp_path):
+    """The stages, the dataset's check, the kernel backend in the keys and the figures all run in processes of
+    their own: the flow's process holds Prefect and MLflow only, so the run's largest process is a stage."""
+    artifacts = tmp_path / "artifacts"
+    done = subprocess.run([sys.executable, "-c", FLOW_PROCESS, "run", *TINY_OVERRIDES], cwd=REPO_ROOT,
+                          capture_output=True, text=True, env=session_env(artifacts), timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "imported: []" in done.stdout
+    assert "test_roc_auc" in done.stdout  # it computed every stage
+    assert len(list(artifacts.glob("mlruns/*/artifacts/plots/*.png"))) >= 8  # and drew their figures
 
 
 # A training loop's pattern, in a fresh process: a freed 1.5 MB block (which raises glibc's default mmap

@@ -147,7 +147,7 @@ def test_a_failed_background_upload_fails_the_pipeline(pipeline, monkeypatch):
     def full_disk(*_):
         raise OSError("No space left on device")
 
-    monkeypatch.setattr(Tracker, "log_figures", full_disk)  # runs on the logging thread, after train returned
+    monkeypatch.setattr(Tracker, "log_figure_files", full_disk)  # runs on the logging thread, after train returned
     with pytest.raises(OSError, match="No space left on device") as error:
         run("stage=train")
     assert any("in the background" in note for note in error.value.__notes__)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 import time
@@ -21,8 +22,10 @@ from flows.plots import (
     entropy_per_layer,
     mass_per_edge_type,
     memory_over_time,
+    plotting_process,
     training_curves,
 )
+from sgt_core.pipeline import StageResult
 from tests.conftest import TINY_OVERRIDES
 from tests.flows.test_pipeline import children
 
@@ -119,6 +122,19 @@ def test_memory_sampler_skips_a_process_that_has_ended_but_is_not_reaped():
         assert [rss for _, rss in memory.samples] == [123.0] and memory.peak_mb == 123.0
     finally:
         child.wait()
+
+
+def test_the_plotting_process_draws_a_stages_figures_and_raises_its_errors(tmp_path):
+    plotter = plotting_process()
+    assert plotter.process.pid != os.getpid() and plotting_process() is plotter  # one, kept for later runs
+    history = [{"epoch": epoch, "loss": 1.0 / (epoch + 1), "val_accuracy": 0.5 + epoch / 100} for epoch in range(20)]
+    result = StageResult({}, history, (), tmp_path)
+    plotter.draw("estimate", result, [(0.0, 100.0), (1.0, 180.0), (2.0, 150.0)], tmp_path)
+    assert sorted(path.name for path in tmp_path.glob("*.png")) == ["memory.png", "training_curves.png"]
+    assert (tmp_path / "memory.png").read_bytes().startswith(PNG_SIGNATURE)
+    with pytest.raises(FileNotFoundError):  # the figure's own error, raised here
+        plotter.draw("estimate", result, [], tmp_path / "missing")
+    plotter.draw("estimate", result, [], tmp_path)  # and the process goes on drawing
 
 
 # Every computed stage logs its memory plot; besides that, what each stage's data supports.
