@@ -89,16 +89,29 @@ def warm_up() -> threading.Thread:
     return thread
 
 
+def _join_the_flow(environment: dict[str, str], flow_pid: int) -> None:
+    """What a process forked from the server does first: end with the flow's process, even one killed outright
+    (SIGTERM, whose default action ends it; torchrun then ends too), and take the flow's current environment
+    (the server's is the flow's at the server's start). The fork server, its parent, waits for it: it holds
+    the server's alive pipe like the flow."""
+    end_with(flow_pid, signal.SIGTERM, death_signal=False)
+    os.environ.clear()
+    os.environ.update(environment)
+
+
+def _send_error(results, error: BaseException, *extra) -> None:
+    """Sends ("error", error, *extra) to the flow's process; the error's text instead if it cannot be pickled."""
+    try:
+        results.send(("error", error, *extra))
+    except Exception:  # noqa: BLE001 - an exception that cannot be pickled: send its text instead
+        results.send(("error", RuntimeError(f"{type(error).__name__}: {error}"), *extra))
+
+
 def _stage_main(name: str, cfg: dict, inputs: dict[str, Path], out_dir: Path, environment: dict[str, str],
                 results, records, flow_pid: int) -> None:
     """The stage process: runs the stage, sends (status, metrics or exception, peak RSS or traceback), or
     ("interrupted", the loop position it was at, None) after Ctrl-C."""
-    # It ends with the flow's process, even one killed outright (SIGTERM, whose default action ends it; torchrun
-    # then ends too). The fork server, its parent, waits for it: it holds the server's alive pipe like the flow.
-    end_with(flow_pid, signal.SIGTERM, death_signal=False)
-    # The server's environment is the flow's at the server's start: take the flow's current one.
-    os.environ.clear()
-    os.environ.update(environment)
+    _join_the_flow(environment, flow_pid)
     apply_malloc_variables(environment)
     root = logging.getLogger()
     root.handlers[:] = [logging.handlers.QueueHandler(records)]
@@ -110,28 +123,19 @@ def _stage_main(name: str, cfg: dict, inputs: dict[str, Path], out_dir: Path, en
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the report short
         results.send(("interrupted", current_position(), None))
     except BaseException as error:  # noqa: BLE001 - every failure is reported to the flow's process
-        details = traceback.format_exc()
-        try:
-            results.send(("error", error, details))
-        except Exception:  # noqa: BLE001 - an exception that cannot be pickled: send its text instead
-            results.send(("error", RuntimeError(f"{type(error).__name__}: {error}"), details))
+        _send_error(results, error, traceback.format_exc())
     finally:
         results.close()
 
 
 def _call_main(function: str, args: tuple, environment: dict[str, str], results, flow_pid: int) -> None:
     """A helper process of the flow's: calls "module:name"(*args), sends ("ok", its result) or ("error", exception)."""
-    end_with(flow_pid, signal.SIGTERM, death_signal=False)
-    os.environ.clear()  # the flow's environment now, as a stage's process takes it
-    os.environ.update(environment)
+    _join_the_flow(environment, flow_pid)
     try:
         module, _, name = function.partition(":")
         results.send(("ok", getattr(importlib.import_module(module), name)(*args)))
     except BaseException as error:  # noqa: BLE001 - every failure is re-raised in the flow's process
-        try:
-            results.send(("error", error))
-        except Exception:  # noqa: BLE001 - an exception that cannot be pickled: send its text instead
-            results.send(("error", RuntimeError(f"{type(error).__name__}: {error}")))
+        _send_error(results, error)
     finally:
         results.close()
 
