@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import threading
 from pathlib import Path
 
 # The sgt_core folder: the modules a stage imports are looked up, and hashed, under it.
@@ -14,6 +15,13 @@ PACKAGE = PACKAGE_ROOT.name
 # Sources that modules read at run time instead of importing: the C++ kernels that sgt_core/kernels/library.py
 # compiles. Those beside any module of a stage's import closure count as part of its code.
 RUNTIME_SOURCE_SUFFIXES = (".cpp", ".h")
+# CPython 3.11 keeps the depth counter of `ast.parse` in one place for all threads (CPython issue gh-106905):
+# when another thread parses while ours is switched out (a finaliser that releases the GIL mid-parse; Python
+# 3.11's tracebacks parse each line they underline), ours fails with this spurious SystemError. Its tree was
+# never returned, so parsing again is sound; our own parses take turns.
+_SPURIOUS_AST_ERROR = "AST constructor recursion depth mismatch"
+_AST_ATTEMPTS = 100
+_parse_lock = threading.Lock()
 
 
 def module_file(module: str, root: Path = PACKAGE_ROOT) -> Path | None:
@@ -34,6 +42,17 @@ def parent_modules(module: str) -> list[str]:
     return [".".join(parts[:end]) for end in range(1, len(parts) + 1)]
 
 
+def parse_source(source: bytes, path: Path) -> ast.Module:
+    """`ast.parse`, parsing again when another thread's parse spoiled ours (see _SPURIOUS_AST_ERROR)."""
+    with _parse_lock:
+        for attempt in range(_AST_ATTEMPTS):
+            try:
+                return ast.parse(source, filename=str(path))
+            except SystemError as error:
+                if not str(error).startswith(_SPURIOUS_AST_ERROR) or attempt == _AST_ATTEMPTS - 1:
+                    raise
+
+
 def imported_names(path: Path, module: str) -> set[str]:
     """Every dotted name that the source of `module` imports, anywhere in it (stages import lazily in functions).
 
@@ -42,7 +61,7 @@ def imported_names(path: Path, module: str) -> set[str]:
     """
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+    for node in ast.walk(parse_source(path.read_bytes(), path)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -181,3 +183,38 @@ def test_training_on_cuda_keys_the_cuda_backend(monkeypatch, fresh_kernels):
         assert pipeline.stage_material(stage("estimate"), cfg, {"preprocess": "p"})["kernels"] != "cuda"
     assert keys["auto", True] == keys["cuda", False] == "cuda"
     assert keys["cpu", False] == keys["auto", False] != "cuda"
+
+
+
+def test_a_parse_spoiled_by_another_thread_is_parsed_again(monkeypatch, tmp_path):
+    # CPython 3.11 shares ast.parse's depth counter between threads (gh-106905): a pool worker's stage once
+    # failed with this SystemError while another thread formatted a traceback (3.11's tracebacks parse lines).
+    source = tmp_path / "module.py"
+    source.write_text("import sgt_core.metrics\n")
+    real_parse, calls = ast.parse, []
+
+    def spoiled_twice(*args, **kwargs):
+        calls.append(args)
+        if len(calls) <= 2:
+            raise SystemError("AST constructor recursion depth mismatch (before=57, after=76)")
+        return real_parse(*args, **kwargs)
+
+    monkeypatch.setattr(code_version, "ast", types.SimpleNamespace(**{**vars(ast), "parse": spoiled_twice}))
+    assert code_version.imported_names(source, "sgt_core.module") == {"sgt_core.metrics"}
+    assert len(calls) == 3
+
+
+def test_other_errors_of_the_parser_are_raised(monkeypatch, tmp_path):
+    source = tmp_path / "module.py"
+    source.write_text("import sgt_core.metrics\n")
+
+    def broken(*args, **kwargs):
+        raise SystemError("some other interpreter error")
+
+    monkeypatch.setattr(code_version, "ast", types.SimpleNamespace(**{**vars(ast), "parse": broken}))
+    with pytest.raises(SystemError, match="some other"):
+        code_version.imported_names(source, "sgt_core.module")
+    source.write_text("import (\n")
+    monkeypatch.undo()
+    with pytest.raises(SyntaxError, match="module.py"):
+        code_version.imported_names(source, "sgt_core.module")
