@@ -61,8 +61,22 @@ class CliProcess:
         try:
             return self.process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            signals = self.signal_dispositions()  # why a signal went unheard, read before the clean-up kills them
             self.kill_all()
-            raise
+            raise AssertionError(f"sgt still running {timeout_s} s on; its processes' signal masks (hex):\n"
+                                 f"{signals}\n{self.output()[-4000:]}") from None
+
+    def signal_dispositions(self) -> str:
+        """Each live process's blocked, ignored and caught signals (from /proc), one line each."""
+        lines = []
+        for process in [psutil.Process(self.pid), *self.descendants()]:
+            try:
+                status = Path(f"/proc/{process.pid}/status").read_text().splitlines()
+                fields = dict(line.split(":\t", 1) for line in status if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
+                lines.append(f"  {process.pid} {' '.join(process.cmdline()[:4])}: {fields}")
+            except (OSError, psutil.Error):
+                continue
+        return "\n".join(lines)
 
     def kill_all(self) -> None:
         """SIGKILL to it and everything it started (a test's clean-up)."""
