@@ -89,6 +89,12 @@ def warm_up() -> threading.Thread:
     return thread
 
 
+def uses_stage_server(cfg: dict) -> bool:
+    """Whether this process's stages run in processes forked from its stages' server: stage_isolation=process
+    with the stages here (orchestration local), not on work pools, whose flow-run processes run them."""
+    return cfg["stage_isolation"] == "process" and cfg["orchestration"]["mode"] == "local"
+
+
 def _join_the_flow(environment: dict[str, str], flow_pid: int) -> None:
     """What a process forked from the server does first: end with the flow's process, even one killed outright
     (SIGTERM, whose default action ends it; torchrun then ends too), and take the flow's current environment

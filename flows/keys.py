@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from flows.isolation import call_in_stage_process, uses_stage_server
 from sgt_core.pipeline import stage_keys
 
 
@@ -13,8 +14,6 @@ def run_keys(cfg: dict) -> dict[str, str]:
     already) computes the keys and sees the flow's environment as the stages will; with the stages inline, or
     on work pools (whose workers key what they run themselves), this process does.
     """
-    if cfg["stage_isolation"] != "process" or cfg["orchestration"]["mode"] == "pools":
+    if not uses_stage_server(cfg):
         return stage_keys(cfg)
-    from flows.isolation import call_in_stage_process
-
     return call_in_stage_process("sgt_core.pipeline:stage_keys", cfg)

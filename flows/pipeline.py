@@ -13,10 +13,10 @@ from flows.interrupts import begin_run, in_stage, is_interrupt
 from flows.keys import run_keys
 from flows.stage_run import run_stage
 from flows.tracking import Tracker
-from sgt_core.artifacts import ArtifactStore, fingerprint
+from sgt_core.artifacts import ArtifactStore
 from sgt_core.config import STAGE_NAMES, compose_config
 from sgt_core.object_store import open_store
-from sgt_core.pipeline import STAGES, stage_material
+from sgt_core.pipeline import STAGES, stage_key
 
 log = logging.getLogger("sgt")
 
@@ -59,7 +59,7 @@ def rekeyed(cfg: dict, keys: dict[str, str], name: str, key: str) -> dict[str, s
     """The keys with stage `name`'s replaced by the one its worker computed, and every later stage's redone."""
     keys = {**keys, name: key}
     for later in STAGES[STAGE_NAMES.index(name) + 1:]:
-        keys[later.name] = fingerprint(stage_material(later, cfg, keys))
+        keys[later.name] = stage_key(later, cfg, keys)
     return keys
 
 

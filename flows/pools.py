@@ -21,10 +21,9 @@ from prefect import flow, runtime
 
 from flows.stage_run import run_stage
 from flows.tracking import WORKER_TAG, Tracker
-from sgt_core.artifacts import fingerprint
 from sgt_core.errors import SGTError
 from sgt_core.object_store import open_store
-from sgt_core.pipeline import STAGE_BY_NAME, STAGES, stage_material
+from sgt_core.pipeline import STAGE_BY_NAME, STAGES, stage_key
 
 log = logging.getLogger("sgt")
 
@@ -71,7 +70,7 @@ def sgt_stage(stage: str, cfg: dict, keys: dict[str, str], force: bool = False, 
     """
     if workdir and Path(workdir).is_dir():
         os.chdir(workdir)
-    keys = {**keys, stage: fingerprint(stage_material(STAGE_BY_NAME[stage], cfg, keys))}
+    keys = {**keys, stage: stage_key(STAGE_BY_NAME[stage], cfg, keys)}
     tracker = Tracker(cfg, close_orphans=False)  # the pipeline's process closes orphans, once per run
     result = run_stage(stage, cfg, keys, force, parent_run_id, tracker, verify_checksums, _worker_tags())
     tracker.flush()  # the child run's files and plots, before the pipeline reads its outcome

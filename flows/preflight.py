@@ -149,9 +149,9 @@ def check_run(cfg: dict) -> dict:
 
     tracking_uri(cfg)  # an object-store artifacts root needs an MLflow store named elsewhere
     if cfg["stage"] in ("all", "preprocess") and cfg["dataset"]["name"] not in LOADED_BY_THE_STAGE:
-        if cfg["stage_isolation"] == "process" and cfg["orchestration"]["mode"] == "local":
-            from flows.isolation import call_in_stage_process
+        from flows.isolation import call_in_stage_process, uses_stage_server
 
+        if uses_stage_server(cfg):
             call_in_stage_process("flows.preflight:load_dataset_unless_cached", cfg)
         else:
             load_dataset_unless_cached(cfg)
@@ -161,12 +161,11 @@ def check_run(cfg: dict) -> dict:
 def load_dataset_unless_cached(cfg: dict) -> None:
     """Loads the dataset as the preprocess stage will, for its errors only (DatasetError names the file and the
     problem), unless the run will reuse a cached preprocess result instead."""
-    from sgt_core.artifacts import fingerprint
     from sgt_core.data import load_dataset  # its loaders take seconds to import
     from sgt_core.object_store import open_store
-    from sgt_core.pipeline import STAGES, stage_material
+    from sgt_core.pipeline import STAGES, stage_key
 
-    preprocess_key = fingerprint(stage_material(STAGES[0], cfg, {}))  # the first stage's key needs no other
+    preprocess_key = stage_key(STAGES[0], cfg, {})  # the first stage's key needs no other
     if cfg["stage"] == "all" and open_store(cfg["paths"]["artifacts"]).is_complete("preprocess", preprocess_key):
         return
     load_dataset(cfg["dataset"], seed=cfg["seed"])

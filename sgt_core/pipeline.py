@@ -195,11 +195,16 @@ def stage_material(stage: Stage, cfg: dict, keys: dict[str, str], root: Path = P
     return material
 
 
+def stage_key(stage: Stage, cfg: dict, keys: dict[str, str], root: Path = PACKAGE_ROOT) -> str:
+    """One stage's cache key: the hash of its material (`stage_material`), given its upstream stages' `keys`."""
+    return fingerprint(stage_material(stage, cfg, keys, root))
+
+
 def stage_keys(cfg: dict, root: Path = PACKAGE_ROOT) -> dict[str, str]:
     """Each stage's cache key, in pipeline order; `root` is the sgt_core folder whose sources are hashed."""
     keys: dict[str, str] = {}
     for stage in STAGES:
-        keys[stage.name] = fingerprint(stage_material(stage, cfg, keys, root))
+        keys[stage.name] = stage_key(stage, cfg, keys, root)
     return keys
 
 

@@ -58,7 +58,9 @@ def command_run(overrides: list[str], multirun: bool = False) -> int:
     configs = [compose_config(run_overrides) for run_overrides in runs]  # a bad one fails before any server
     for cfg in configs:  # the artifacts folder and the input files: seconds, no torch and no Prefect yet
         check_start(cfg)
-    if any(cfg["stage_isolation"] == "process" and cfg["orchestration"]["mode"] == "local" for cfg in configs):
+    from flows.isolation import uses_stage_server
+
+    if any(uses_stage_server(cfg) for cfg in configs):
         from flows.isolation import warm_up
 
         # The stages' process server starts now (seconds): it loads the dataset for check_run and tells the
