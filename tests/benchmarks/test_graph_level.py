@@ -105,3 +105,23 @@ def test_gps_baseline_forward_on_two_tiny_graphs():
     # graphs do not see each other: the triangle alone gives the same value
     alone = model(triangle.atom, triangle.pe, triangle.edge_index, triangle.bond, torch.zeros(3, dtype=torch.long))
     torch.testing.assert_close(alone, out[:1])
+
+
+def test_report_merges_rows_run_side_by_side_and_says_their_threads(tmp_path):
+    from benchmarks.graph_level import main, write_graph_report
+
+    first, second, merged = tmp_path / "seeds01", tmp_path / "seeds23", tmp_path / "merged"
+    write_graph_report(first.mkdir() or first, [row("zinc_cpu", "preset", s, 0.10 + s / 100, threads=1)
+                                                for s in (0, 1)])
+    write_graph_report(second.mkdir() or second, [row("zinc_cpu", "preset", s, 0.10 + s / 100, threads=1)
+                                                  for s in (2, 3)])
+    # --out's own row of seed 3 replaces the other folder's
+    write_graph_report(merged.mkdir() or merged, [row("zinc_cpu", "preset", 3, 0.20, threads=2)])
+    main(["--report", "--out", str(merged), "--rows-from", str(first / "graph_level.csv"),
+          str(second / "graph_level.csv")])
+    report = (merged / "graph_level.md").read_text()
+    ours = table_line(report, "SGT (ours), zinc_cpu")
+    assert "4 seeds" in ours and "mae 0.133 ± 0.046" in ours  # 0.10, 0.11, 0.12 and --out's 0.20
+    assert "1 or 2 torch threads per stage" in report
+    with pytest.raises(SystemExit, match="no such file"):
+        main(["--report", "--out", str(merged), "--rows-from", str(tmp_path / "absent.csv")])
