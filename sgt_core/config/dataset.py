@@ -13,6 +13,9 @@ from sgt_core.config.section import BOOLEAN, Problem
 # The loaders' names, `LOADERS`' keys (a test checks they agree).
 DATASET_NAMES: tuple[str, ...] = ("minesweeper", "npz", "pyg", "long_range", "parquet", "synthetic", "zinc",
                                   "molecules", "ogb", "sbm_pattern", "sbm_cluster", "tu", "synthetic_multilabel")
+# The loaders whose dataset is always one graph (a node task over it); the others load sets of many graphs,
+# and `parquet` loads one or many by whether `nodes.graph_id` names a column.
+ONE_GRAPH_LOADERS: tuple[str, ...] = ("minesweeper", "npz", "pyg", "long_range", "synthetic", "ogb")
 # The names `dataset=pyg dataset.pyg_name=...` accepts, case-insensitively: `sgt_core.data.pyg.PYG_DATASETS`.
 PYG_NAMES: tuple[str, ...] = ("Cora", "CiteSeer", "PubMed", "Minesweeper", "Tolokers", "Roman-empire",
                               "Amazon-ratings", "Questions", "Computers", "Photo", "CS", "Physics", "WikiCS")
@@ -33,3 +36,12 @@ def dataset_problems(dataset: object) -> list[Problem]:
         return [*problems, ("dataset.pyg_name", (f"unknown PyG dataset {pyg_name!r}; known names "
                                                  f"(case-insensitive): {', '.join(PYG_NAMES)}"))]
     return problems
+
+
+def is_one_graph(dataset: dict) -> bool:
+    """Whether the `dataset` group loads one graph rather than a set of many, known before loading it."""
+    if not isinstance(dataset, dict):  # reported by dataset_problems
+        return False
+    if dataset.get("name") == "parquet":
+        return (dataset.get("nodes") or {}).get("graph_id") is None
+    return dataset.get("name") in ONE_GRAPH_LOADERS

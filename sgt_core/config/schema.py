@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sgt_core.config.dataset import dataset_problems
+from sgt_core.config.dataset import dataset_problems, is_one_graph
 from sgt_core.config.estimator import EstimatorConfig
 from sgt_core.config.export import ExportConfig
 from sgt_core.config.model import ModelConfig
@@ -82,9 +82,12 @@ class Config(Section):
             problems.append(("export.max_candidates_per_node", (f"{keep} is below the largest of model.degrees "
                                                                 f"{model.degrees}: a node would have fewer "
                                                                 "candidates than neighbours to draw")))
-        if self.sampler.method == "full" and train.batch_size is not None:
-            problems.append(("train.batch_size", ("must be null with sampler=full, which attends over whole "
-                                                  "neighbourhoods")))
+        # On a set of many graphs a batch is whole graphs, over which full attention is well defined; on one
+        # graph Algorithm 2's batches sample fixed degrees, so full attention takes the whole graph at once.
+        if self.sampler.method == "full" and train.batch_size is not None and is_one_graph(self.dataset):
+            problems.append(("train.batch_size", ("must be null with sampler=full on one graph, which attends "
+                                                  "over whole neighbourhoods (on a set of many graphs it counts "
+                                                  "the whole graphs of a batch)")))
         if (model.local == "appnp" and model.local_steps is not None and model.local_steps > 1
                 and train.batch_size is not None and model.local_top_k is None):
             problems.append(("model.local_steps", (f"{model.local_steps} propagation steps need full-graph training "

@@ -311,6 +311,23 @@ def test_the_default_sampler_and_optimizer_are_todays():
     assert compose_config(["sampler=full"])["sampler"]["method"] == "full"
 
 
+def test_full_attention_takes_batches_of_whole_graphs_on_sets_of_many_graphs_only():
+    """sampler=full with train.batch_size: whole graphs per batch on a set of many graphs (the graph-level
+    benchmark's full-attention rows), refused on one graph, where a batch samples fixed degrees."""
+    from sgt_core.config.dataset import ONE_GRAPH_LOADERS, is_one_graph
+    from sgt_core.data.load import LOADERS
+
+    assert set(ONE_GRAPH_LOADERS) < set(LOADERS)
+    assert compose_config(["+experiment=zinc_cpu", "sampler=full"])["train"]["batch_size"] == 32
+    assert compose_config(["+experiment=tu_cpu", "sampler=full"])["train"]["batch_size"] == 32
+    tables = ["dataset=parquet", "dataset.nodes.path=nodes.parquet", "dataset.edges.path=edges.parquet",
+              "sampler=full", "train.batch_size=8"]
+    assert compose_config([*tables, "dataset.nodes.graph_id=mol", "dataset.graphs.path=graphs.parquet"])
+    with pytest.raises(ConfigError, match="must be null with sampler=full on one graph"):
+        compose_config(tables)
+    assert is_one_graph({"name": "minesweeper"}) and not is_one_graph({"name": "molecules"})
+
+
 def test_each_optimizer_option_names_its_class_and_takes_its_arguments():
     """`optimizer=adamw|adam`: `name` is the option's own and picks the class; the other keys are its arguments."""
     from sgt_core.optim import OPTIMIZERS

@@ -107,13 +107,15 @@ def test_one_multilabel_graph_with_edge_features_through_the_stages(tmp_path):
     assert not torch.allclose(predictions[0], predictions[1], atol=1e-4)
 
 
-@pytest.mark.parametrize("sampler", ["reservoir", "full"])
-def test_many_graphs_with_edge_features_through_the_stages(tmp_path, sampler):
+# sampler=full over batches of 4 whole graphs, or over the whole union as one full layer (batch null)
+@pytest.mark.parametrize(("sampler", "batch"), [("reservoir", 4), ("full", "null"), ("full", 4)])
+def test_many_graphs_with_edge_features_through_the_stages(tmp_path, sampler, batch):
     """Graph batches in both stages: the estimator's induced subgraphs and the full layers keep their features."""
     graph = build_interaction_graph(proteins_like(num_nodes=240, graphs=12), self_loops=True, expander=None,
                                     virtual_nodes=0, seed=0, compact=True)
-    batch = 4 if sampler == "reservoir" else "null"  # sampler=full: the whole union, one full layer
-    _cfg, metrics = run_stages(tmp_path, graph, ["estimator.batch_size=4", f"train.batch_size={batch}",
-                                                 "estimator.epochs=3", "train.epochs=2", f"sampler={sampler}"])
+    # the config's dataset a set of many graphs, as the graph given is (sampler=full then takes batches)
+    _cfg, metrics = run_stages(tmp_path, graph, ["dataset=synthetic_multilabel", "estimator.batch_size=4",
+                                                 f"train.batch_size={batch}", "estimator.epochs=3", "train.epochs=2",
+                                                 f"sampler={sampler}"])
     for name in ("estimate", "train"):
         assert math.isfinite(metrics[name]["test_roc_auc"])

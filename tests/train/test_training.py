@@ -96,3 +96,14 @@ def test_the_stage_chooses_by_and_checkpoints_the_averaged_weights(upstream, tmp
         logits = training.predict(val_nodes)
     assert graph.task_spec().value("roc_auc", logits, graph.y[val_nodes]) == pytest.approx(metrics["val_roc_auc"], abs=1e-6)
 
+
+def test_one_graph_refuses_batches_with_full_attention_whatever_the_config_knew(upstream):
+    """The config refuses sampler=full with batches on the loaders it knows are one graph; the training set-up
+    refuses them on any one graph (a loader the config's list would miss)."""
+    from sgt_core.errors import ConfigError
+
+    cfg, inputs = upstream
+    graph, scores = _read_inputs(cfg, inputs)
+    cfg = {**cfg, "sampler": {**cfg["sampler"], "method": "full"}}
+    with pytest.raises(ConfigError, match="train.batch_size: must be null with sampler=full on one graph"):
+        WideNetworkTraining.build(cfg, graph, scores, torch.device("cpu"))
