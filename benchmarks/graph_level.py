@@ -218,6 +218,8 @@ def _value(summary: dict, dataset: str, with_se: bool = False) -> str:
     if summary["mean"] is None:
         return "-"
     scale, digits = spec["scale"], spec["digits"]
+    if summary["n"] == 1:  # one seed has no spread to show
+        return f"{summary['mean'] * scale:.{digits}f}"
     text = f"{summary['mean'] * scale:.{digits}f} ± {summary['std'] * scale:.{digits}f}"
     return text + (f" (se {summary['se'] * scale:.{digits}f})" if with_se else "")
 
@@ -283,8 +285,10 @@ def variant_table(groups: dict, variants: dict[str, list[str]], baseline: str, t
     lines = [(f"| preset | budget | variant | {title_columns} | data | seeds | test metric | Δ vs {baseline} | "
              "s/epoch (train) | estimate s | peak MB (preprocess / estimate / export / train) | parameters | "
              "interaction edges |"), "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    # the preset as it is only beside this table's own variants of the same preset and budget
+    compared = {(preset, budget) for preset, variant, budget in groups if variant in variants and variant != "preset"}
     for (preset, variant, budget), group in groups.items():
-        if variant not in variants:
+        if variant not in variants or (preset, budget) not in compared:
             continue
         dataset, spec = dataset_of(preset), DATASETS[dataset_of(preset)]
         summary = summarise([r["test"] for r in group])

@@ -73,9 +73,12 @@ def test_report_puts_ours_beside_the_papers_with_targets_and_stand_in_labels():
 
 def test_ablation_and_sampling_tables_compare_with_their_baselines():
     rows = [row("zinc_cpu", "graph_only", 0, 0.20), row("zinc_cpu", "plus_lpe", 0, 0.15),
-            row("zinc_cpu", "preset", 0, 0.13), row("zinc_cpu", "dense_uniform", 0, 0.16)]
+            row("zinc_cpu", "preset", 0, 0.13), row("zinc_cpu", "dense_uniform", 0, 0.16),
+            row("cluster_cpu", "preset", 0, 0.70)]
     report = graph_level_report(rows, "Machine: test")
-    assert "-0.050 (better)" in table_line(report, "| plus_lpe |")  # MAE fell: better
+    ablations = report[report.index("## Component ablations"):report.index("## Spexphormer")]
+    assert "cluster_cpu" not in ablations  # a preset without ablation rows stays in the main table only
+    assert "| mae 0.150 | -0.050 (better) |" in table_line(report, "| plus_lpe |")  # one seed: no spread; MAE fell
     assert "| lpe.enabled=true |" in table_line(report, "| plus_lpe |")
     assert "+0.030 (worse)" in table_line(report, "| dense_uniform |")
     assert "stand-in" in table_line(report, "| graph_only |")
