@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 from pathlib import Path
 
@@ -25,6 +26,14 @@ TINY_MODEL = [
     "train.warmup_epochs=1",
 ]
 TINY_OVERRIDES = [*TINY_GRID, *TINY_MODEL]
+
+
+# A test run started in the background (`make test &`, nohup, a CI step without a terminal) inherits SIGINT
+# ignored, as POSIX shells start background jobs, and every process the tests start would inherit that too:
+# the Ctrl-C tests would then signal an `sgt` that cannot hear SIGINT. With a handler here instead, the
+# processes the tests start get SIGINT at its default, as under a terminal (exec resets handled signals).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def free_port() -> int:
