@@ -19,3 +19,7 @@ class SamplerConfig(Section):
     PATH = "sampler"
 
     method: str = checked(one_of(*METHODS))
+
+
+# Why one graph refuses train.batch_size with sampler=full (said by the config and by the training set-up).
+FULL_ATTENTION_ON_ONE_GRAPH = "must be null with sampler=full on one graph, which attends over whole neighbourhoods"

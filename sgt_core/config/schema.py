@@ -17,7 +17,7 @@ from sgt_core.config.network import NetworkConfig
 from sgt_core.config.optimizer import OptimizerConfig
 from sgt_core.config.orchestration import STAGE_NAMES, OrchestrationConfig
 from sgt_core.config.preprocess import PreprocessConfig
-from sgt_core.config.sampler import SamplerConfig
+from sgt_core.config.sampler import FULL_ATTENTION_ON_ONE_GRAPH, SamplerConfig
 from sgt_core.config.section import NULL_OR_TEXT, TEXT, Problem, Section, checked, integer, is_int, one_of
 from sgt_core.config.train import TrainConfig
 from sgt_core.config.tune import TuneConfig
@@ -85,9 +85,8 @@ class Config(Section):
         # On a set of many graphs a batch is whole graphs, over which full attention is well defined; on one
         # graph Algorithm 2's batches sample fixed degrees, so full attention takes the whole graph at once.
         if self.sampler.method == "full" and train.batch_size is not None and is_one_graph(self.dataset):
-            problems.append(("train.batch_size", ("must be null with sampler=full on one graph, which attends "
-                                                  "over whole neighbourhoods (on a set of many graphs it counts "
-                                                  "the whole graphs of a batch)")))
+            problems.append(("train.batch_size", (f"{FULL_ATTENTION_ON_ONE_GRAPH} (on a set of many graphs it "
+                                                  "counts the whole graphs of a batch)")))
         if (model.local == "appnp" and model.local_steps is not None and model.local_steps > 1
                 and train.batch_size is not None and model.local_top_k is None):
             problems.append(("model.local_steps", (f"{model.local_steps} propagation steps need full-graph training "

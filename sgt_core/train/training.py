@@ -10,7 +10,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from sgt_core.config.model import ModelConfig
 from sgt_core.config.optimizer import OptimizerConfig
-from sgt_core.config.sampler import SamplerConfig
+from sgt_core.config.sampler import FULL_ATTENTION_ON_ONE_GRAPH, SamplerConfig
 from sgt_core.config.train import TrainConfig
 from sgt_core.errors import ConfigError
 from sgt_core.layers import PropagationRows
@@ -55,8 +55,7 @@ class WideNetworkTraining:
         """`propagation`: the rows `model.local_top_k` needs (`propagation_rows`), None without it."""
         network, sampling, _optimizer, train = read_groups(cfg)
         if sampling.method == "full" and train.batch_size is not None:  # a dataset the config could not tell
-            raise ConfigError(f"train.batch_size: must be null with sampler=full on one graph, which attends over "
-                              f"whole neighbourhoods (found {train.batch_size})")
+            raise ConfigError(f"train.batch_size: {FULL_ATTENTION_ON_ONE_GRAPH} (found {train.batch_size})")
         if (network.local_top_k is None) != (propagation is None):
             raise ValueError(f"model.local_top_k is {network.local_top_k} but propagation rows were "
                              f"{'not ' if propagation is None else ''}given")
