@@ -5,13 +5,17 @@ from the interaction graph, so one definition decides both stages' loss, metrics
 
 | task | targets | loss | metrics (first: the one that selects the best epoch) |
 |---|---|---|---|
-| node_classification | class id per node [N] | cross entropy | roc_auc (2 classes) or accuracy; weighted_accuracy where the dataset asks; accuracy |
+| node_classification | class id per node [N] | cross entropy (or weighted, below) | roc_auc (2 classes) or accuracy; weighted_accuracy where the dataset asks; accuracy |
 | node_multilabel | 0/1/NaN per node and task [N, T] | binary cross entropy, NaN masked | roc_auc averaged over tasks (OGB), ap |
 | graph_classification | class id per graph [G] | cross entropy | as node_classification |
 | graph_regression | value per graph and task [G, T] | L1 (ZINC's) or MSE, NaN masked | mae (lower is better) |
 | graph_multilabel | 0/1/NaN per graph and task [G, T] | binary cross entropy, NaN masked | ap averaged over tasks (OGB), roc_auc |
 
 MLflow metric names are `val_<metric>` and `test_<metric>` (`val_mae`, `test_ap`, `val_weighted_accuracy`, ...).
+
+A classification task may train with Benchmarking GNNs' weighted cross entropy instead (`weighted_cross_entropy`,
+what SAN, GraphGPS and Exphormer train PATTERN and CLUSTER with, whose weighted accuracy averages the classes'
+recalls): each class weighs (V - n_c) / V in a batch of V rows of which n_c are of class c, 0 if absent.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ TASKS: tuple[str, ...] = (
 # The metrics a task may select by; every one but mae is maximised.
 METRICS: tuple[str, ...] = ("accuracy", "roc_auc", "weighted_accuracy", "mae", "ap")
 REGRESSION_LOSSES: tuple[str, ...] = ("l1", "mse")
+CLASSIFICATION_LOSSES: tuple[str, ...] = ("cross_entropy", "weighted_cross_entropy")
 # The metrics each kind of task reports, the selecting one first unless the dataset names another.
 _REPORTED = {
     "classification": ("accuracy",),
@@ -76,12 +81,15 @@ class Task:
         metric: the metric that selects the best epoch (one of `METRICS`).
         num_outputs: the network's output columns: classes, or tasks T for multilabel and regression.
         regression_loss: l1 or mse (regression only).
+        classification_loss: cross_entropy or weighted_cross_entropy (classification only; see the module's
+            docstring).
     """
 
     name: str
     metric: str
     num_outputs: int
     regression_loss: str = "l1"
+    classification_loss: str = "cross_entropy"
 
     def __post_init__(self) -> None:
         task_kind(self.name)
@@ -89,6 +97,9 @@ class Task:
             raise ValueError(f"unknown metric {self.metric!r}; expected one of {', '.join(METRICS)}")
         if self.regression_loss not in REGRESSION_LOSSES:
             raise ValueError(f"unknown regression loss {self.regression_loss!r}; expected l1 or mse")
+        if self.classification_loss not in CLASSIFICATION_LOSSES:
+            raise ValueError(f"unknown classification loss {self.classification_loss!r}; expected "
+                             f"{' or '.join(CLASSIFICATION_LOSSES)}")
         fits = {"classification": ("accuracy", "weighted_accuracy", "roc_auc", "ap"),
                 "multilabel": ("roc_auc", "ap"), "regression": ("mae",)}[self.kind]
         if self.metric not in fits or (self.kind == "classification" and self.metric in ("roc_auc", "ap")
@@ -118,7 +129,7 @@ class Task:
     def loss(self, outputs: Tensor, targets: Tensor) -> Tensor:
         """The training loss of `outputs` [U, O] against `targets` ([U] class ids, or [U, T] with NaN unknown)."""
         if self.kind == "classification":
-            return F.cross_entropy(outputs, targets)
+            return F.cross_entropy(outputs, targets, weight=self.class_weights(targets, outputs.dtype))
         targets = targets.view(outputs.shape)
         known = ~targets.isnan()
         if self.kind == "multilabel":
@@ -127,10 +138,28 @@ class Task:
             return F.l1_loss(outputs[known], targets[known])
         return F.mse_loss(outputs[known], targets[known])
 
+    def class_weights(self, targets: Tensor, dtype: torch.dtype = torch.float32) -> Tensor | None:
+        """Weighted cross entropy's weights [C] for a batch's class ids `targets` [V]: (V - n_c) / V for the
+        classes present, 0 for the absent; None with plain cross entropy.
+
+        A batch of one class only would weigh it 0 (a loss of 0 / 0); it weighs 1 then, which is plain cross
+        entropy, as any weight of a lone class is.
+        """
+        if self.classification_loss != "weighted_cross_entropy":
+            return None
+        counts = torch.bincount(targets, minlength=self.num_outputs).to(dtype)  # [C]
+        present = counts > 0
+        weights = torch.where(present, (targets.shape[0] - counts) / targets.shape[0], torch.zeros_like(counts))
+        return torch.where(present.sum() < 2, present.to(dtype), weights)  # [C]
+
     def loss_sum(self, outputs: Tensor, targets: Tensor) -> Tensor:
         """The loss summed over the targets' rows (a row's known entries averaged as in `loss`): what a
         rank of a distributed run adds up before scaling by the global batch's row count."""
         if self.kind == "classification":
+            if self.classification_loss == "weighted_cross_entropy":
+                # the share's weighted mean per row: one share alone gives `loss`; each rank of a
+                # distributed run weighs its classes by its own share, a batch of its own
+                return self.loss(outputs, targets) * targets.shape[0]
             return F.cross_entropy(outputs, targets, reduction="sum")
         targets = targets.view(outputs.shape)
         known = ~targets.isnan()
@@ -140,9 +169,16 @@ class Task:
 
     def prior(self, targets: Tensor) -> Tensor:
         """What the outputs [C] should be before any learning, from the training targets: the classes' log
-        prior (centred), each task's log-odds, or each regression target's mean."""
+        prior (centred), each task's log-odds, or each regression target's mean.
+
+        With weighted cross entropy the best constant output weighs class c by its weight too: over V
+        targets, n_c of class c, p_c is proportional to n_c (V - n_c) (uniform for two classes).
+        """
         if self.kind == "classification":
-            log_prior = torch.bincount(targets.cpu(), minlength=self.num_outputs).float().clamp_min(1).log()
+            counts = torch.bincount(targets.cpu(), minlength=self.num_outputs).float()  # [C]
+            if self.classification_loss == "weighted_cross_entropy":
+                counts = counts * (targets.shape[0] - counts)
+            log_prior = counts.clamp_min(1).log()
             return log_prior - log_prior.mean()
         targets = targets.view(targets.shape[0], -1).float().cpu()
         mean = torch.nanmean(targets, dim=0).nan_to_num(0.0)  # [T]

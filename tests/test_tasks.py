@@ -84,6 +84,49 @@ def test_loss_sum_divided_by_rows_is_the_mean_loss():
         classification.loss(outputs, classes).item())
 
 
+
+def benchmarking_gnns_weighted_loss(outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Benchmarking GNNs' SBM loss, as its papers describe it, written out term by term: class c weighs
+    (V - n_c) / V (0 if absent) and the loss is the weighted mean of the rows' negative log-likelihoods."""
+    size, num_classes = labels.shape[0], outputs.shape[1]
+    counts = [int((labels == c).sum()) for c in range(num_classes)]
+    weights = [(size - n) / size if n else 0.0 for n in counts]
+    log_probabilities = outputs.log_softmax(dim=1)
+    numerator = sum(-weights[int(y)] * log_probabilities[row, int(y)] for row, y in enumerate(labels))
+    return numerator / sum(weights[int(y)] for y in labels)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_weighted_cross_entropy_is_benchmarking_gnns_loss(seed):
+    generator = torch.Generator().manual_seed(seed)
+    # imbalanced, one class absent: PATTERN's and CLUSTER's batches are like this
+    labels = torch.cat([torch.zeros(20, dtype=torch.long), torch.ones(5, dtype=torch.long),
+                        torch.full((2,), 3, dtype=torch.long)])
+    outputs = torch.randn(labels.shape[0], 4, generator=generator, dtype=torch.float64)
+    task = Task("node_classification", "weighted_accuracy", 4, classification_loss="weighted_cross_entropy")
+    expected = benchmarking_gnns_weighted_loss(outputs, labels)
+    assert task.loss(outputs, labels).item() == pytest.approx(expected.item(), rel=1e-12)
+    assert task.class_weights(labels).tolist() == pytest.approx([7 / 27, 22 / 27, 0.0, 25 / 27])
+    # the minority classes weigh more than plain cross entropy gives them, so the two differ
+    plain = Task("node_classification", "weighted_accuracy", 4).loss(outputs, labels)
+    assert abs(plain.item() - expected.item()) > 1e-6
+    # a share's loss_sum over its rows is its loss (one rank of a distributed run)
+    assert (task.loss_sum(outputs, labels) / labels.shape[0]).item() == pytest.approx(expected.item(), rel=1e-12)
+
+
+def test_weighted_cross_entropy_of_a_batch_of_one_class_is_plain_cross_entropy():
+    outputs = torch.randn(6, 3, generator=torch.Generator().manual_seed(0))
+    labels = torch.full((6,), 2, dtype=torch.long)
+    weighted = Task("graph_classification", "accuracy", 3, classification_loss="weighted_cross_entropy")
+    loss = weighted.loss(outputs, labels)
+    assert torch.isfinite(loss)  # (V - V) / V would weigh the lone class 0: a loss of 0 / 0
+    assert loss.item() == pytest.approx(torch.nn.functional.cross_entropy(outputs, labels).item())
+
+
+def test_an_unknown_classification_loss_is_refused():
+    with pytest.raises(ValueError, match="unknown classification loss 'focal'"):
+        Task("node_classification", "accuracy", 3, classification_loss="focal")
+
 def test_mae_is_minimised_and_others_maximised():
     mae = BestEpoch(Task("graph_regression", "mae", 1), val_undefined=False)
     assert mae.improves(0, {"val_mae": 0.5}) and mae.improves(1, {"val_mae": 0.3})
@@ -119,3 +162,16 @@ def test_priors():
     assert torch.allclose(mean, torch.tensor([2.0]))
     odds = Task("graph_multilabel", "ap", 1).prior(torch.tensor([[1.0], [0.0], [0.0], [0.0]]))
     assert torch.allclose(odds, torch.log(torch.tensor([1 / 3])))
+
+
+def test_the_weighted_prior_is_the_best_constant_output_under_weighted_cross_entropy():
+    labels = torch.tensor([0] * 6 + [1] * 3 + [2] * 1)
+    task = Task("node_classification", "weighted_accuracy", 3, classification_loss="weighted_cross_entropy")
+    constant = task.prior(labels).double().requires_grad_()
+    task.loss(constant.expand(labels.shape[0], 3), labels).backward()
+    assert constant.grad.abs().max().item() < 1e-6  # the weighted loss is stationary there (and convex)
+    plain_prior = Task("node_classification", "accuracy", 3).prior(labels).double().requires_grad_()
+    task.loss(plain_prior.expand(labels.shape[0], 3), labels).backward()
+    assert plain_prior.grad.abs().max().item() > 0.05  # the unweighted prior is not
+    two_classes = Task("node_classification", "weighted_accuracy", 2, classification_loss="weighted_cross_entropy")
+    assert torch.allclose(two_classes.prior(torch.tensor([0, 0, 0, 1])), torch.zeros(2))  # uniform

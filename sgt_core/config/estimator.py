@@ -17,10 +17,11 @@ from sgt_core.config.section import (
     one_of,
 )
 
-# sgt_core.models.readout's READOUTS and sgt_core.tasks' REGRESSION_LOSSES, not imported: checking a config
-# imports no torch.
+# sgt_core.models.readout's READOUTS and sgt_core.tasks' REGRESSION_LOSSES and CLASSIFICATION_LOSSES, not
+# imported: checking a config imports no torch.
 READOUT_KINDS: tuple[str, ...] = ("mean", "sum", "virtual", "attention")
 REGRESSION_LOSS_NAMES: tuple[str, ...] = ("l1", "mse")
+CLASSIFICATION_LOSS_NAMES: tuple[str, ...] = ("cross_entropy", "weighted_cross_entropy")
 
 
 @dataclass(frozen=True)
@@ -42,12 +43,13 @@ class EstimatorConfig(NetworkConfig):
     The network is `AttentionScoreEstimator`; `lr` and `weight_decay` are its `AdamW`'s arguments,
     `warmup_epochs` and `epochs` its `CosineWithWarmup`'s. On a dataset of many graphs `batch_size` is the
     graphs per step (null: the whole union); `readout` is how a graph task pools (`GraphReadout`) and
-    `regression_loss` the loss of a regression task (`sgt_core.tasks.Task`).
+    `regression_loss` and `classification_loss` the loss of a regression or classification task
+    (`sgt_core.tasks.Task`).
     """
 
     PATH = "estimator"
     TRAINING_FIELDS = ("epochs", "lr", "weight_decay", "warmup_epochs", "temperature", "batch_size",
-                       "regression_loss")
+                       "regression_loss", "classification_loss")
 
     width: int = checked(integer(1))
     num_layers: int = checked(integer(1))
@@ -65,3 +67,4 @@ class EstimatorConfig(NetworkConfig):
     batch_size: int | None = checked(NULL_OR_POSITIVE_INTEGER)
     readout: str = checked(one_of(*READOUT_KINDS))
     regression_loss: str = checked(one_of(*REGRESSION_LOSS_NAMES))
+    classification_loss: str = checked(one_of(*CLASSIFICATION_LOSS_NAMES))

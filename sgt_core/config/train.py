@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from sgt_core.config.estimator import CLASSIFICATION_LOSS_NAMES, REGRESSION_LOSS_NAMES
 from sgt_core.config.section import (
     NULL_OR_POSITIVE_INTEGER,
     Problem,
@@ -64,8 +65,8 @@ class TrainConfig(Section):
     """`train`: the wide network's epochs, device, batches and processes.
 
     `warmup_epochs` and `epochs` are `CosineWithWarmup`'s arguments of those names; `batch_size` is
-    `WideNetworkTraining`'s; `device` is `resolve_device`'s; `ema_decay` is `WideNetworkTraining.average_weights`'s; `regression_loss` is
-    the loss of a regression task (`sgt_core.tasks.Task`). On a dataset of many graphs `batch_size` counts
+    `WideNetworkTraining`'s; `device` is `resolve_device`'s; `ema_decay` is `WideNetworkTraining.average_weights`'s; `regression_loss` and
+    `classification_loss` are the loss of a regression or classification task (`sgt_core.tasks.Task`). On a dataset of many graphs `batch_size` counts
     graphs. The optimiser and the sampler are groups of their own (`optimizer`, `sampler`).
     """
 
@@ -78,7 +79,8 @@ class TrainConfig(Section):
     eval_every: int = checked(integer(1))
     ema_decay: float | None = checked(NULL_OR_DECAY)
     distributed: DistributedConfig
-    regression_loss: str = checked(one_of("l1", "mse"))
+    regression_loss: str = checked(one_of(*REGRESSION_LOSS_NAMES))
+    classification_loss: str = checked(one_of(*CLASSIFICATION_LOSS_NAMES))
 
     def relation_problems(self) -> list[Problem]:
         processes = self.distributed.world_size

@@ -45,7 +45,7 @@ def run_estimate(cfg: dict, inputs: dict[str, Path], out_dir: Path) -> dict[str,
     if estimator.batch_size is not None and graph.num_graphs == 1:
         raise ConfigError(f"estimator.batch_size: {estimator.batch_size} graphs per batch, but this dataset is one "
                           "graph, which the estimator trains on whole; set null")
-    task = graph.task_spec(estimator.regression_loss)
+    task = graph.task_spec(estimator.regression_loss, estimator.classification_loss)
     undefined = task.splits_without_metric({"val": graph.y[graph.val_mask], "test": graph.y[graph.test_mask]},
                                            "estimate")
     # The graph's sizes (features, classes, edge types, node kinds, SPD, LPE and tokens) and the group's.

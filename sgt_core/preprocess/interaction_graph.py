@@ -155,9 +155,9 @@ class InteractionGraph:
         """Whether targets belong to graphs (one per graph) rather than to nodes."""
         return self.task.startswith("graph")
 
-    def task_spec(self, regression_loss: str = "l1") -> Task:
+    def task_spec(self, regression_loss: str = "l1", classification_loss: str = "cross_entropy") -> Task:
         """The task both stages train and evaluate by (loss, metrics, direction)."""
-        return Task(self.task, self.metric, self.num_outputs, regression_loss)
+        return Task(self.task, self.metric, self.num_outputs, regression_loss, classification_loss)
 
     @property
     def ptr(self) -> Tensor:

@@ -98,7 +98,7 @@ def _fit(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device:
          ranks: Ranks | None = None) -> dict[str, float | str]:
     """The epochs, the best epoch's choice and the stage's files; with `ranks`, this rank's part of them."""
     train = TrainConfig.from_dict(cfg["train"])
-    task = graph.task_spec(train.regression_loss)
+    task = graph.task_spec(train.regression_loss, train.classification_loss)
     undefined = task.splits_without_metric({"val": graph.y[graph.val_mask], "test": graph.y[graph.test_mask]},
                                            "train")
     if device.type == "cuda":  # the stage's own high-water mark of GPU memory, reported beside the time

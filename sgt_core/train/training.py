@@ -62,7 +62,7 @@ class WideNetworkTraining:
         x, node_kind, y = graph.x.to(device), graph.node_kind.to(device), graph.y.to(device)
         extras, sampler, generator, model, adam = network_parts(cfg, graph, layer_scores, device, propagation)
         return cls(x, node_kind, y, extras, sampler, model, adam, generator, train.batch_size,
-                   graph.task_spec(train.regression_loss))
+                   graph.task_spec(train.regression_loss, train.classification_loss))
 
     def average_weights(self, decay: float) -> None:
         """From now on, keep an exponential moving average of the model's weights and buffers.

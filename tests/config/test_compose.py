@@ -149,6 +149,13 @@ def test_every_problem_is_named_on_the_one_line(artifacts_dir, capsys):
     assert all(f"{key}: " in err for key in ("train.epochs", "model.dropout", "train.device")), err
 
 
+@pytest.mark.parametrize("preset", ["pattern", "pattern_cpu", "cluster", "cluster_cpu"])
+def test_the_sbm_presets_train_both_networks_with_weighted_cross_entropy(preset):
+    cfg = compose_config([f"+experiment={preset}"])
+    assert cfg["train"]["classification_loss"] == cfg["estimator"]["classification_loss"] == "weighted_cross_entropy"
+    assert compose_config([])["train"]["classification_loss"] == "cross_entropy"  # the default weighs rows alike
+
+
 @pytest.mark.parametrize("preset", sorted(path.stem for path in (config_dir() / "experiment").glob("*.yaml")))
 def test_every_preset_passes_validation(preset):
     compose_config([f"+experiment={preset}"])  # raises ConfigError if a rule rejects a shipped preset
@@ -210,6 +217,8 @@ def _composed_with(key: str, value) -> dict:
                               "is sage; set it to null or model.local to appnp")),
     ("model.local_top_k", 32, "model.local_top_k: local_top_k=32: only model.local=appnp reads it"),
     ("model.local_top_k", 0, "model.local_top_k: must be null or an integer >= 1, found 0"),
+    ("train.classification_loss", "focal",
+     "train.classification_loss: expected one of cross_entropy, weighted_cross_entropy, found 'focal'"),
 ])
 def test_a_bad_value_in_a_group_is_one_error_naming_its_key(key, value, message):
     with pytest.raises(ConfigProblems) as error:
