@@ -65,9 +65,10 @@ class TrainConfig(Section):
     """`train`: the wide network's epochs, device, batches and processes.
 
     `warmup_epochs` and `epochs` are `CosineWithWarmup`'s arguments of those names; `batch_size` is
-    `WideNetworkTraining`'s; `device` is `resolve_device`'s; `ema_decay` is `WideNetworkTraining.average_weights`'s; `regression_loss` and
-    `classification_loss` are the loss of a regression or classification task (`sgt_core.tasks.Task`). On a dataset of many graphs `batch_size` counts
-    graphs. The optimiser and the sampler are groups of their own (`optimizer`, `sampler`).
+    `WideNetworkTraining`'s; `device` is `resolve_device`'s; `ema_decay` is
+    `WideNetworkTraining.average_weights`'s; `regression_loss` and `classification_loss` are the loss of a
+    regression or classification task (`sgt_core.tasks.Task`). On a dataset of many graphs `batch_size`
+    counts graphs. The optimiser and the sampler are groups of their own (`optimizer`, `sampler`).
     """
 
     PATH = "train"
