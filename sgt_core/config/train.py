@@ -66,7 +66,8 @@ class TrainConfig(Section):
 
     `warmup_epochs` and `epochs` are `CosineWithWarmup`'s arguments of those names; `batch_size` is
     `WideNetworkTraining`'s; `device` is `resolve_device`'s; `ema_decay` is
-    `WideNetworkTraining.average_weights`'s; `regression_loss` and `classification_loss` are the loss of a
+    `WideNetworkTraining.average_weights`'s; `precise_bn_batches` is
+    `WideNetworkTraining.recalibrate_batch_norm`'s, before every evaluation; `regression_loss` and `classification_loss` are the loss of a
     regression or classification task (`sgt_core.tasks.Task`). On a dataset of many graphs `batch_size`
     counts graphs. The optimiser and the sampler are groups of their own (`optimizer`, `sampler`).
     """
@@ -79,12 +80,18 @@ class TrainConfig(Section):
     batch_size: int | None = checked(NULL_OR_POSITIVE_INTEGER)
     eval_every: int = checked(integer(1))
     ema_decay: float | None = checked(NULL_OR_DECAY)
+    precise_bn_batches: int | None = checked(NULL_OR_POSITIVE_INTEGER)
     distributed: DistributedConfig
     regression_loss: str = checked(one_of(*REGRESSION_LOSS_NAMES))
     classification_loss: str = checked(one_of(*CLASSIFICATION_LOSS_NAMES))
 
     def relation_problems(self) -> list[Problem]:
         processes = self.distributed.world_size
+        if processes > 1 and self.precise_bn_batches is not None:
+            return [(self.key("precise_bn_batches"), (f"must be null with train.distributed on {processes} "
+                                                      "processes: each rank would average batch norm's "
+                                                      f"statistics over its own batches, found "
+                                                      f"{self.precise_bn_batches}"))]
         if processes > 1 and (self.batch_size is None or self.batch_size < 2 * processes):
             # Each rank takes its share of every global batch of target nodes, and batch norm in training
             # needs at least two rows on each.

@@ -119,10 +119,18 @@ class GraphSetTraining(WideNetworkTraining):
         keep = self.train_mask[nodes]
         return self.task.loss_sum(out[keep], self.y[nodes[keep]])
 
+    def epoch_batches(self, units: torch.Tensor) -> list[torch.Tensor]:
+        """An epoch's batches of whole graphs in a random order (the generator's)."""
+        return self.batches.shuffled(units, self.batch_size, self.generator)
+
+    def forward_batch(self, units: torch.Tensor, network: nn.Module) -> torch.Tensor:
+        """One training batch of graphs through `network`, as a training step runs it."""
+        return self._forward(network, units, self.batches.nodes(units))
+
     def train_epoch(self, train_graphs: torch.Tensor) -> float:
         """One epoch over the training graphs in shuffled batches; returns the mean batch loss."""
         self.model.train()
-        losses = [self._step(batch) for batch in self.batches.shuffled(train_graphs, self.batch_size, self.generator)]
+        losses = [self._step(batch) for batch in self.epoch_batches(train_graphs)]
         return sum(losses) / len(losses)
 
     def _step(self, graphs: torch.Tensor) -> float:

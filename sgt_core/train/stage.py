@@ -134,6 +134,8 @@ def _fit(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device:
         scheduler.step()
         row = {"epoch": epoch, "loss": loss}
         if epoch % train.eval_every == 0 or epoch == train.epochs - 1:
+            if train.precise_bn_batches is not None:  # refused with ranks: each would average its own
+                training.recalibrate_batch_norm(evaluated, train_units, train.precise_bn_batches)
             evaluated.eval()
             with torch.no_grad():  # evaluation samples afresh; with ranks, each its slice, then gathered
                 val_outputs, test_outputs = (training.evaluate(evaluation, evaluated) if ranks is None

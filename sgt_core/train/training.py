@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from sgt_core.config.model import ModelConfig
@@ -123,17 +124,51 @@ class WideNetworkTraining:
                           self.extras.select(input_nodes))  # [|nodes|, C]
         return self.task.loss_sum(outputs, self.y[nodes])
 
+    def epoch_batches(self, units: torch.Tensor) -> list[torch.Tensor]:
+        """An epoch's training batches of `units` in a random order (the generator's), or [units] whole."""
+        if self.batch_size is None:
+            return [units]
+        order = torch.randperm(units.numel(), generator=self.generator, device=units.device)
+        chunks = list(units[order].split(self.batch_size))
+        if len(chunks) > 1 and chunks[-1].numel() < 2:  # batch norm needs two rows in training mode
+            chunks[-2:] = [torch.cat(chunks[-2:])]
+        return chunks
+
+    def forward_batch(self, units: torch.Tensor, network: nn.Module) -> torch.Tensor:
+        """One training batch of `units` through `network`, as a training step runs it."""
+        return self.predict(units, network)
+
     def train_epoch(self, train_nodes: torch.Tensor) -> float:
         """One epoch over `train_nodes` (shuffled batches, or one full-graph step); returns the mean loss."""
         self.model.train()
-        if self.batch_size is None:
-            return self._step(train_nodes)
-        order = torch.randperm(train_nodes.numel(), generator=self.generator, device=train_nodes.device)
-        chunks = list(train_nodes[order].split(self.batch_size))
-        if len(chunks) > 1 and chunks[-1].numel() < 2:  # batch norm needs two rows in training mode
-            chunks[-2:] = [torch.cat(chunks[-2:])]
-        losses = [self._step(chunk) for chunk in chunks]
+        losses = [self._step(chunk) for chunk in self.epoch_batches(train_nodes)]
         return sum(losses) / len(losses)
+
+    @torch.no_grad()
+    def recalibrate_batch_norm(self, network: nn.Module, units: torch.Tensor, num_batches: int) -> None:
+        """Precise batch norm (Wu & Johnson, 2021, "Rethinking 'Batch' in BatchNorm"): every batch norm of
+        `network` gets as running statistics the plain average of the statistics of `num_batches` training
+        batches of `units` (an epoch's, if it has fewer) at the current weights.
+
+        Why: a step normalises by its own batch's statistics, evaluation by the running averages, which
+        trail the weights by about 1 / momentum steps; while a high learning rate moves the weights fast,
+        evaluation then normalises by the statistics of weights already left behind and its metrics swing
+        from one epoch to the next. The batches run as in training (dropout included), without gradients;
+        the sampler's generator draws them, so training goes on from another point of its stream.
+        """
+        norms = [module for module in network.modules() if isinstance(module, _BatchNorm)]
+        if not norms:
+            return
+        momenta, mode = [norm.momentum for norm in norms], network.training
+        for norm in norms:
+            norm.reset_running_stats()
+            norm.momentum = None  # a cumulative average: every batch counts alike
+        network.train()
+        for batch in self.epoch_batches(units)[:num_batches]:
+            self.forward_batch(batch, network)
+        for norm, momentum in zip(norms, momenta, strict=True):
+            norm.momentum = momentum
+        network.train(mode)
 
     def _step(self, nodes: torch.Tensor) -> float:
         loss = self.task.loss(self.predict(nodes), self.y[nodes])
