@@ -244,6 +244,14 @@ def test_the_appnp_keys_belong_to_the_appnp_branch_alone():
         validate_config(cfg)
 
 
+def test_precise_batch_norm_is_for_one_training_process():
+    cfg = _composed_with("train.precise_bn_batches", 10)
+    validate_config(cfg)
+    cfg["train"]["batch_size"], cfg["train"]["distributed"]["nproc_per_node"] = 64, 2
+    with pytest.raises(ConfigError, match=r"^train\.precise_bn_batches: must be null with train\.distributed on 2 "):
+        validate_config(cfg)
+
+
 def test_propagation_steps_refuse_algorithm_2_batches_without_top_k_rows():
     cfg = _composed_with("model.local", "appnp")
     cfg["model"]["local_steps"], cfg["model"]["local_teleport"], cfg["train"]["batch_size"] = 10, 0.1, 256

@@ -128,3 +128,34 @@ def test_every_component_on_many_graphs_trains_in_batches(tmp_path):
         stage = STAGE_BY_NAME[name]
         metrics[name] = stage.run(cfg, {upstream: tmp_path / upstream for upstream in stage.upstream}, tmp_path / name)
     assert math.isfinite(metrics["train"]["test_mae"]) and math.isfinite(metrics["estimate"]["test_mae"])
+
+
+def recalibrated_against_its_batches(training, network, units: torch.Tensor, num_batches: int) -> None:
+    """Recalibrates `network`'s batch norms and checks each one's running statistics are the plain average of
+    the statistics of the batches it saw (captured as they ran), and that momentum and mode are restored."""
+    norms = [module for module in network.modules() if isinstance(module, torch.nn.BatchNorm1d)]
+    assert norms
+    seen = {norm: [] for norm in norms}
+    hooks = [norm.register_forward_pre_hook(lambda module, args: seen[module].append(args[0].detach().clone()))
+             for norm in norms]
+    network.eval()
+    training.recalibrate_batch_norm(network, units, num_batches)
+    for hook in hooks:
+        hook.remove()
+    assert not network.training and all(norm.momentum == 0.1 for norm in norms)
+    for norm, inputs in seen.items():
+        assert len(inputs) == min(num_batches, len(training.epoch_batches(units)))
+        mean = torch.stack([rows.mean(0) for rows in inputs]).mean(0)
+        variance = torch.stack([rows.var(0, unbiased=True) for rows in inputs]).mean(0)
+        torch.testing.assert_close(norm.running_mean, mean, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(norm.running_var, variance, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("num_batches", [2, 100])
+def test_precise_batch_norm_averages_the_training_batches_statistics(num_batches):
+    graph = interaction_graph("node_classification")
+    cfg = compose_config([*SMALL, "train.batch_size=8"])
+    training = GraphSetTraining.build(cfg, graph, torch.rand(2, graph.num_edges), torch.device("cpu"))
+    train_graphs = training.units(graph.train_mask)
+    training.train_epoch(train_graphs)  # weights away from their initialisation, running statistics trailing
+    recalibrated_against_its_batches(training, training.model, train_graphs, num_batches)

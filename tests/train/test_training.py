@@ -107,3 +107,30 @@ def test_one_graph_refuses_batches_with_full_attention_whatever_the_config_knew(
     cfg = {**cfg, "sampler": {**cfg["sampler"], "method": "full"}}
     with pytest.raises(ConfigError, match="train.batch_size: must be null with sampler=full on one graph"):
         WideNetworkTraining.build(cfg, graph, scores, torch.device("cpu"))
+
+
+def test_precise_batch_norm_on_one_graph_averages_its_training_batches(upstream):
+    from tests.train.test_graph_set_training import recalibrated_against_its_batches
+
+    cfg, inputs = upstream
+    graph, scores = _read_inputs(cfg, inputs)
+    training = WideNetworkTraining.build(cfg, graph, scores, torch.device("cpu"))
+    train_nodes = graph.train_mask.nonzero().flatten()
+    training.train_epoch(train_nodes)
+    recalibrated_against_its_batches(training, training.model, train_nodes, 3)
+
+
+def test_the_stage_evaluates_after_precise_batch_norm(upstream, tmp_path):
+    """With precise batch norm the evaluations differ, training up to the first one does not, and the
+    checkpoint holds the recalibrated statistics its metrics were computed with."""
+    cfg, inputs = upstream
+    runs = {}
+    for batches in (None, 2):
+        out = tmp_path / str(batches)
+        out.mkdir()
+        metrics = run_train({**cfg, "train": {**cfg["train"], "precise_bn_batches": batches}}, inputs, out)
+        runs[batches] = (metrics, json.loads((out / "history.json").read_text()))
+    (_, plain), (metrics, precise) = runs[None], runs[2]
+    assert plain[0]["loss"] == precise[0]["loss"]
+    assert [row["val_loss"] for row in plain] != [row["val_loss"] for row in precise]
+
