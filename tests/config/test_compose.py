@@ -56,7 +56,7 @@ BAD_VALUES = {
     "unknown key": (["model.hiden=32"], "model.hiden", "Key 'hiden' is not in struct"),
     # `+` is what Hydra's error for an unknown key suggests; the added key would be read by nothing.
     "added unknown key": (["+train.epoch=5"], "train.epoch",
-                          "unknown key; valid keys in train: batch_size, device, distributed, ema_decay, epochs"),
+                          "unknown key; valid keys in train: batch_size, classification_loss, device, distributed, ema_decay, epochs"),
     "force-added unknown key": (["++model.hiden=32"], "model.hiden", "unknown key; valid keys in model: deepnorm, degree_signal"),
     "added unknown nested key": (["+preprocess.expander.degre=4"], "preprocess.expander.degre",
                                  "valid keys in preprocess.expander: degree, enabled, max_tries"),
