@@ -67,9 +67,10 @@ class TrainConfig(Section):
     `warmup_epochs` and `epochs` are `CosineWithWarmup`'s arguments of those names; `batch_size` is
     `WideNetworkTraining`'s; `device` is `resolve_device`'s; `ema_decay` is
     `WideNetworkTraining.average_weights`'s; `precise_bn_batches` is
-    `WideNetworkTraining.recalibrate_batch_norm`'s, before every evaluation; `regression_loss` and `classification_loss` are the loss of a
-    regression or classification task (`sgt_core.tasks.Task`). On a dataset of many graphs `batch_size`
-    counts graphs. The optimiser and the sampler are groups of their own (`optimizer`, `sampler`).
+    `WideNetworkTraining.recalibrate_batch_norm`'s, before every evaluation; `regression_loss` and
+    `classification_loss` are the loss of a regression or classification task (`sgt_core.tasks.Task`). On a
+    dataset of many graphs `batch_size` counts graphs. The optimiser and the sampler are groups of their own
+    (`optimizer`, `sampler`).
     """
 
     PATH = "train"

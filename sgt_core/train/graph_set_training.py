@@ -42,9 +42,9 @@ class GraphSetTraining(WideNetworkTraining):
                               "many graphs set it to null (the appnp branch's steps then run inside each batch)")
         extras, sampler, generator, model, adam = network_parts(cfg, graph, layer_scores, device, None)
         batches = GraphBatches.of(graph.node_graph.to(device), graph.node_kind.to(device), graph.num_graphs)
+        task = graph.task_spec(train.regression_loss, train.classification_loss)
         return cls(graph.x.to(device), graph.node_kind.to(device), graph.y.to(device), extras, sampler, model,
-                   adam, generator, train.batch_size, graph.task_spec(train.regression_loss, train.classification_loss), batches=batches,
-                   graph_level=graph.graph_level,
+                   adam, generator, train.batch_size, task, batches=batches, graph_level=graph.graph_level,
                    train_mask=None if graph.graph_level else graph.train_mask.to(device))
 
     def units(self, mask: torch.Tensor) -> torch.Tensor:
