@@ -31,11 +31,18 @@ run: setup
 # The quick default (what CI runs, .ci/run): unit and stage tests, one real Prefect end-to-end flow, stages on
 # their work pools, the object store and DDP. `make test-all` adds the tests marked e2e and server (further whole
 # pipeline runs, real `sgt ui` / `sgt serve` servers) and the real-data ones (slow); not the browser (test-ui).
+# Both run in TEST_WORKERS pytest processes (pytest-xdist), a test file to a process so that a file's fixtures
+# start once: much of the suite waits on the processes and servers it starts, so two workers keep two cores
+# busy. The workers' torch threads then outnumber the cores, hence OMP_WAIT_POLICY=PASSIVE (spinning OpenMP
+# threads slow each other down several-fold). `make test TEST_WORKERS=0` runs in this one process.
+TEST_WORKERS ?= 2
+PARALLEL_TESTS := OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+
 test: setup
-	$(BIN)/pytest
+	$(PARALLEL_TESTS)
 
 test-all: setup
-	$(BIN)/pytest -m 'not ui and not bench'
+	$(PARALLEL_TESTS) -m 'not ui and not bench'
 
 test-slow: setup
 	$(BIN)/pytest -m slow

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-from scipy.signal import convolve2d
 from torch_geometric.data import Data
 
 from sgt_core.data.splits import stratified_split
@@ -52,6 +51,8 @@ def neighbour_mine_counts(is_mine: np.ndarray) -> np.ndarray:
     Returns:
         int64 [H, W] counts in 0..8.
     """
+    from scipy.signal import convolve2d  # here, not at the top: scipy.signal takes ~1 s to import
+
     # Zero padding ("fill") means cells beyond the border count as mine-free.
     return convolve2d(is_mine.astype(np.int64), _NEIGHBOUR_KERNEL, mode="same", boundary="fill")
 
