@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import mmap
 import os
 import subprocess
 import sys
@@ -93,9 +94,13 @@ def test_degree_histograms_narrow_and_hub_ranges():
 def test_memory_sampler_and_plot_follow_an_allocation():
     with MemorySampler(interval=0.05) as memory:
         time.sleep(0.2)
-        block = np.ones(64 * 2**20 // 8)  # 64 MiB, written so the pages are resident
+        # A fresh anonymous mapping, written so its pages are resident: numpy's allocator may instead reuse
+        # memory an earlier test in this worker freed but the heap kept resident, and the RSS would not move
+        # (CI saw that once).
+        block = mmap.mmap(-1, 64 * 2**20)
+        np.frombuffer(block, dtype=np.uint8)[:] = 1
         time.sleep(0.2)
-    del block
+    block.close()
     seconds = [s for s, _ in memory.samples]
     assert len(seconds) >= 6 and seconds == sorted(seconds) and seconds[0] < 0.05
     assert memory.peak_mb - memory.samples[0][1] > 50
