@@ -98,7 +98,8 @@ ABLATIONS = {
 # for (sgt_core/preprocess/many_graphs/expanders.py caps the degree per graph), beside the preset's edges.
 DENSE = ["preprocess.expander.enabled=true", "preprocess.expander.degree=64"]
 SAMPLING = {
-    "preset": [],  # the preset as it is: the estimator's scores, reservoir sampling (Spexphormer)
+    "preset": [],  # the preset as it is, with its own sampler
+    "reservoir": ["sampler=reservoir"],  # the estimator's scores, reservoir sampling (Spexphormer), on any preset
     "uniform": NODE_VARIANTS["uniform"],
     "topk": NODE_VARIANTS["topk"],
     "exphormer": NODE_VARIANTS["exphormer"],  # no sampling: every interaction-graph edge
@@ -281,9 +282,11 @@ def main_table(groups: dict) -> list[str]:
             "error of our mean, the noise of the measurement)."), "", *targets]
 
 
-def variant_table(groups: dict, variants: dict[str, list[str]], baseline: str, title_columns: str) -> list[str]:
-    """One row per preset x variant of `variants`, with the difference to the `baseline` variant's mean."""
-    lines = [(f"| preset | budget | variant | {title_columns} | data | seeds | test metric | Δ vs {baseline} | "
+def variant_table(groups: dict, variants: dict[str, list[str]], baselines: tuple[str, ...],
+                  title_columns: str) -> list[str]:
+    """One row per preset x variant of `variants`, with the difference to the mean of the first of `baselines`
+    that ran on the same preset and budget."""
+    lines = [(f"| preset | budget | variant | {title_columns} | data | seeds | test metric | Δ vs {' or '.join(baselines)} | "
              "s/epoch (train) | estimate s | peak MB (preprocess / estimate / export / train) | parameters | "
              "interaction edges |"), "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     # the preset as it is only beside this table's own variants of the same preset and budget
@@ -293,6 +296,7 @@ def variant_table(groups: dict, variants: dict[str, list[str]], baseline: str, t
             continue
         dataset, spec = dataset_of(preset), DATASETS[dataset_of(preset)]
         summary = summarise([r["test"] for r in group])
+        baseline = next((name for name in baselines if (preset, name, budget) in groups), None)
         reference = groups.get((preset, baseline, budget))
         delta = "-"
         if reference and variant != baseline and summary["mean"] is not None:
@@ -322,16 +326,18 @@ def graph_level_report(rows: list[dict], machine: str) -> str:
                   ("Each component added alone to graph edges only (no expander, virtual nodes, LPE, anchors, tokens "
                   "or local branch), and all of them; the rest of the preset unchanged; `preset` is the preset "
                   "as it is."), "",
-                  *variant_table(groups, {**ABLATIONS, "preset": SAMPLING["preset"]}, "graph_only", "added"), "",
+                  *variant_table(groups, {**ABLATIONS, "preset": SAMPLING["preset"]}, ("graph_only",), "added"), "",
                   "Published directions to compare with:", "", *(f"- {text}" for text in ABLATION_REFERENCES)]
     if any(key[1] in SAMPLING and key[1] != "preset" for key in groups):
         lines += ["", "## Spexphormer's two-stage recipe on many small graphs", "",
-                  ("`preset`: the estimator's scores, reservoir sampling of the preset's degrees; `uniform` / "
+                  ("`reservoir`: the estimator's scores, reservoir sampling of the preset's degrees (Spexphormer); "
+                   "`preset`: the preset as it is, with its own sampler (most presets: reservoir), the baseline "
+                   "where no `reservoir` row ran; `uniform` / "
                    "`topk`: the same degrees drawn uniformly / the top-scored; `exphormer`: every interaction-graph "
                    "edge, no sampling. `dense*`: the same over a near-complete interaction graph per graph (an "
                    "expander of the largest degree each graph leaves room for); `dense_exphormer` is full "
                    "attention over each graph."), "",
-                  *variant_table(groups, SAMPLING, "preset", "changed")]
+                  *variant_table(groups, SAMPLING, ("reservoir", "preset"), "changed")]
     notes = {}
     for (preset, _variant, _budget), group in groups.items():
         for row in group:

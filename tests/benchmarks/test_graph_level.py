@@ -84,6 +84,19 @@ def test_ablation_and_sampling_tables_compare_with_their_baselines():
     assert "stand-in" in table_line(report, "| graph_only |")
 
 
+def test_sampling_table_compares_with_reservoir_sampling_where_it_ran():
+    """A preset that does not sample (its own `preset` row) is compared through its `reservoir` row."""
+    rows = [row("cluster_cpu", "preset", 0, 0.66), row("cluster_cpu", "reservoir", 0, 0.60),
+            row("cluster_cpu", "uniform", 0, 0.55), row("zinc_cpu", "preset", 0, 0.13),
+            row("zinc_cpu", "uniform", 0, 0.16)]
+    report = graph_level_report(rows, "Machine: test")
+    recipe = report[report.index("## Spexphormer"):]
+    assert "Δ vs reservoir or preset" in recipe
+    assert "| -5.00 (worse) |" in table_line(recipe, "| cluster_cpu | preset | uniform |")
+    assert "| +6.00 (better) |" in table_line(recipe, "| cluster_cpu | preset | preset |")
+    assert "| +0.030 (worse) |" in table_line(recipe, "| zinc_cpu | preset | uniform |")  # no reservoir row there
+
+
 def test_variants_and_presets_compose_the_right_overrides():
     assert "model.local=none" in ABLATIONS["graph_only"] and "model.local=gine" in ABLATIONS["plus_local"]
     assert set(ABLATIONS["graph_only"]) < set(ABLATIONS["all_components"])
