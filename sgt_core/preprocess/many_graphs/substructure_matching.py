@@ -29,6 +29,10 @@ _KEY_ENTRIES = 1 << 24
 _HASH_SEED = 0
 # Pair lookups go through per-graph n x n bitmaps while their entries (sum of n^2) stay below this.
 _BITMAP_ENTRIES = 1 << 28
+# Rows the steps that list many per graph hold at once: a level's extensions before a thinning keeps about
+# _OVERSAMPLE x beam of them per graph (on dense graphs all of them number beam x degree per graph, many times
+# what is kept), and the instances found at a level while their repeats are dropped (`_distinct_rows`).
+_CHUNK_ROWS = 1 << 22
 
 
 class PairLookup:
@@ -119,10 +123,9 @@ def match_substructures_per_graph(
 
     members, graph_of, type_ids = [], [], []
     for name in SUBSTRUCTURE_TYPES[: _TYPE_ID["hop2"]]:
-        rows = found.get(name)
+        rows = found.pop(name, None)  # capped per graph by the search
         if rows is None or rows.size == 0:
             continue
-        rows = _cap_per_graph(rows, graphs.node_graph[rows[:, 0]], caps[name], generator)
         members.append((np.full(rows.shape[0], rows.shape[1]), rows.ravel()))
         graph_of.append(graphs.node_graph[rows[:, 0]])
         type_ids.append(np.full(rows.shape[0], _TYPE_ID[name]))
@@ -142,10 +145,12 @@ def match_substructures_per_graph(
     if not members:
         empty = np.empty(0, dtype=np.int64)
         return Substructures(members=empty, ptr=np.zeros(1, dtype=np.int64), type_id=empty), empty
-    sizes = np.concatenate([size for size, _ in members]).astype(np.int64)
-    instances = Substructures(members=np.concatenate([flat for _, flat in members]).astype(np.int64),
-                              ptr=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
-                              type_id=np.concatenate(type_ids).astype(np.int64))
+    sizes = np.concatenate([size for size, _ in members]).astype(np.int64, copy=False)
+    flat = np.concatenate([flat for _, flat in members]).astype(np.int64, copy=False)
+    members.clear()  # the parts, as large as `flat`, are not needed while it is reordered below
+    instances = Substructures(members=flat, ptr=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+                              type_id=np.concatenate(type_ids).astype(np.int64, copy=False))
+    del flat
     graph_of = np.concatenate(graph_of)
     by_type_and_graph = np.argsort(instances.type_id * graphs.num_graphs + graph_of, kind="stable")
     return instances.select(by_type_and_graph), graph_of[by_type_and_graph]
@@ -222,12 +227,53 @@ def _first_edges(graphs: GraphSet, indptr: np.ndarray, beam: int | None,
     return np.searchsorted(indptr, slot, side="right") - 1, slot, thinned
 
 
-def _expand(last: np.ndarray, indptr: np.ndarray, indices: np.ndarray, after: np.ndarray | None = None):
-    """(partial row, CSR slot) of every neighbour of `last` (past CSR position `after` when given)."""
+def _expand_thinned(last: np.ndarray, graph: np.ndarray, indptr: np.ndarray, beam: int | None, num_graphs: int,
+                    generator: np.random.Generator, after: np.ndarray | None = None):
+    """Each partial row's extensions, (partial row, CSR slot) of every neighbour of `last` (past CSR position
+    `after` when given), thinned as `_thin` thins (`graph`: each partial row's graph), listing at most
+    `_CHUNK_ROWS` of them at a time. Also which graphs were thinned: bool [G].
+
+    The same rows and the same random draws as thinning the whole expansion at once (the keep probabilities
+    depend only on each graph's count, and the uniform draws come chunk after chunk from one stream), so the
+    peak holds what is kept rather than every neighbour of every partial instance.
+    """
     start = indptr[last] if after is None else after + 1
-    count = indptr[last + 1] - start
-    row = np.repeat(np.arange(last.size), count)
-    return row, segment_positions(start, count)
+    count = indptr[last + 1] - start  # [M] neighbours each partial row can grow by
+    per_graph = np.bincount(graph, weights=count, minlength=num_graphs)  # [G] exact integers as floats
+    if beam is None or per_graph.max(initial=0) <= beam:
+        return np.repeat(np.arange(last.size), count), segment_positions(start, count), np.zeros(num_graphs, bool)
+    keep_probability = np.minimum(1.0, beam / np.maximum(per_graph, 1))[graph]  # [M]
+    ends = np.cumsum(count)
+    rows, slots = [], []
+    first = 0
+    while first < last.size:
+        listed = ends[first - 1] if first else 0
+        stop = max(first + 1, int(np.searchsorted(ends, listed + _CHUNK_ROWS, side="right")))
+        row = np.repeat(np.arange(first, stop), count[first:stop])
+        kept = generator.random(row.size) < keep_probability[row]
+        rows.append(row[kept])
+        slots.append(segment_positions(start[first:stop], count[first:stop])[kept])
+        first = stop
+    return np.concatenate(rows), np.concatenate(slots), per_graph > beam
+
+
+def _distinct_rows(rows: np.ndarray, graph: np.ndarray) -> np.ndarray:
+    """`np.unique(rows, axis=0)` (`graph`: each row's graph), sorted a few graphs at a time to bound its copies.
+
+    The same rows in the same order: each row holds ascending nodes of one graph, and graphs own consecutive
+    node ids, so the lexicographic order lists the rows graph by graph.
+    """
+    if rows.shape[0] <= _CHUNK_ROWS:
+        return np.unique(rows, axis=0)
+    if bool(np.any(np.diff(graph) < 0)):
+        order = np.argsort(graph, kind="stable")
+        rows, graph = rows[order], graph[order]
+    parts, first = [], 0
+    while first < rows.shape[0]:
+        stop = int(np.searchsorted(graph, graph[min(first + _CHUNK_ROWS, rows.shape[0]) - 1], side="right"))
+        parts.append(np.unique(rows[first:stop], axis=0))
+        first = stop
+    return np.concatenate(parts)
 
 
 def _paths_and_cycles(graphs: GraphSet, indptr: np.ndarray, indices: np.ndarray, adjacent: PairLookup,
@@ -241,32 +287,34 @@ def _paths_and_cycles(graphs: GraphSet, indptr: np.ndarray, indices: np.ndarray,
     instances is kept once, where it is found canonically: a path from its lower end, a cycle from its lowest
     node towards its lower neighbour (so once no path size is left only partial paths rooted at their lowest
     node grow). Once a graph has been thinned (the beam), every orientation counts and repeats are dropped,
-    so that the thinned search wastes nothing.
+    so that the thinned search wastes nothing. A size's instances are all found at one level, where they are
+    capped per graph, so that only the kept ones are held while the search goes on.
     """
-    longest = max([*path_caps, *(k - 1 for k in cycle_caps)])
+    longest = max(k - 1 for k in [*path_caps, *cycle_caps])  # an instance of k nodes grows from k - 1 of them
     partial = np.arange(graphs.num_nodes, dtype=np.int64)[:, None]  # [M, L] partial induced paths
     lowest = np.ones(partial.shape[0], dtype=bool)  # [M] is p_0 the path's lowest node
     thinned = np.zeros(graphs.num_graphs, dtype=bool)  # [G] graphs whose search is no longer exhaustive
-    out: dict[str, list[np.ndarray]] = {}
+    out: dict[str, np.ndarray] = {}
 
-    def emit(name: str, rows: np.ndarray, canonical: np.ndarray) -> None:
-        """Keeps the canonical rows of exhaustive graphs and the distinct rows of thinned ones."""
+    def emit(name: str, cap: int | None, rows: np.ndarray, canonical: np.ndarray) -> None:
+        """Keeps the canonical rows of exhaustive graphs and the distinct rows of thinned ones, capped per graph."""
         sampled = thinned[graphs.node_graph[rows[:, 0]]]
         rows = np.sort(rows, axis=1)
-        out.setdefault(name, []).append(rows[~sampled & canonical])
+        parts = [rows[~sampled & canonical]]
         if sampled.any():
-            out[name].append(np.unique(rows[sampled], axis=0))
+            parts.append(_distinct_rows(rows[sampled], graphs.node_graph[rows[sampled, 0]]))
+        rows = np.concatenate(parts)
+        out[name] = _cap_per_graph(rows, graphs.node_graph[rows[:, 0]], cap, generator)
 
     for length in range(1, longest + 1):
         if length == 1:  # the partial paths are the nodes themselves (row v is node v)
             row, slot, thinned = _first_edges(graphs, indptr, None if beam is None else _OVERSAMPLE * beam,
                                               generator)
         else:
-            row, slot = _expand(partial[:, -1], indptr, indices)
-            kept, over = _thin(graphs.node_graph[partial[row, 0]], None if beam is None else _OVERSAMPLE * beam,
-                               graphs.num_graphs, generator)
+            row, slot, over = _expand_thinned(partial[:, -1], graphs.node_graph[partial[:, 0]], indptr,
+                                              None if beam is None else _OVERSAMPLE * beam, graphs.num_graphs,
+                                              generator)
             thinned |= over
-            row, slot = row[kept], slot[kept]
         w = indices[slot]
         base = partial[row]  # [M', L]
         fresh = ~(base == w[:, None]).any(axis=1)
@@ -277,12 +325,12 @@ def _paths_and_cycles(graphs: GraphSet, indptr: np.ndarray, indices: np.ndarray,
         if length >= 2 and size in cycle_caps:
             closes = touches[:, 0] & ~touches[:, 1:].any(axis=1)
             canonical = lowest[row] & (w > base[:, 0]) & (base[:, 1] < w)
-            emit(f"cycle_{size}", np.concatenate([base, w[:, None]], axis=1)[closes], canonical[closes])
+            emit(f"cycle_{size}", cycle_caps[size], np.concatenate([base, w[:, None]], axis=1)[closes], canonical[closes])
         induced = ~touches.any(axis=1)
         grown = np.concatenate([base[induced], w[induced, None]], axis=1)  # [M'', L+1]
         grown_lowest = lowest[row[induced]] & (w[induced] > base[induced, 0])
         if size in path_caps:
-            emit(f"path_{size}", grown, grown[:, 0] < grown[:, -1])
+            emit(f"path_{size}", path_caps[size], grown, grown[:, 0] < grown[:, -1])
         # paths still to come need every partial path; cycles only those rooted at their lowest node
         keep = np.ones(grown.shape[0], dtype=bool)
         if not any(k > size for k in path_caps):
@@ -292,12 +340,13 @@ def _paths_and_cycles(graphs: GraphSet, indptr: np.ndarray, indices: np.ndarray,
         partial, lowest = grown[keep][kept], grown_lowest[keep][kept]
         if partial.shape[0] == 0:
             break
-    return {name: np.concatenate(parts) for name, parts in out.items()}
+    return out
 
 
 def _stars(graphs: GraphSet, indptr: np.ndarray, indices: np.ndarray, adjacent: PairLookup, star_caps: dict,
            beam: int | None, generator: np.random.Generator) -> dict[str, np.ndarray]:
-    """Induced stars: a centre and k pairwise non-adjacent neighbours, leaves taken in CSR order (each once)."""
+    """Induced stars: a centre and k pairwise non-adjacent neighbours, leaves taken in CSR order (each once),
+    capped per graph."""
     # [M] one leaf so far, at CSR slot `last` (twice the beam drawn: about half the slots have no later one)
     centre, last, _ = _first_edges(graphs, indptr, None if beam is None else 2 * beam, generator)
     followed = last + 1 < indptr[centre + 1]  # another leaf can follow in the centre's list
@@ -305,10 +354,9 @@ def _stars(graphs: GraphSet, indptr: np.ndarray, indices: np.ndarray, adjacent: 
     leaves = indices[last][:, None]  # [M, 1]
     out: dict[str, np.ndarray] = {}
     for count in range(2, max(star_caps) + 1):
-        row, position = _expand(centre, indptr, indices, after=last)
-        kept, _ = _thin(graphs.node_graph[centre[row]], None if beam is None else _OVERSAMPLE * beam,
-                        graphs.num_graphs, generator)
-        row, position = row[kept], position[kept]
+        row, position, _ = _expand_thinned(centre, graphs.node_graph[centre], indptr,
+                                           None if beam is None else _OVERSAMPLE * beam, graphs.num_graphs,
+                                           generator, after=last)
         w = indices[position]
         ok = ~np.stack([adjacent(leaves[row, j], w) for j in range(count - 1)], axis=1).any(axis=1)
         row, position, w = row[ok], position[ok], w[ok]
@@ -317,7 +365,8 @@ def _stars(graphs: GraphSet, indptr: np.ndarray, indices: np.ndarray, adjacent: 
         centre, last = centre[row], position
         leaves = np.concatenate([leaves[row], w[:, None]], axis=1)  # [M', count]
         if count in star_caps:
-            out[f"star_{count}"] = np.sort(np.concatenate([centre[:, None], leaves], axis=1), axis=1)
+            rows = np.sort(np.concatenate([centre[:, None], leaves], axis=1), axis=1)
+            out[f"star_{count}"] = _cap_per_graph(rows, graphs.node_graph[centre], star_caps[count], generator)
         if centre.size == 0:
             break
     return out
