@@ -146,7 +146,7 @@ def match_substructures_per_graph(
         empty = np.empty(0, dtype=np.int64)
         return Substructures(members=empty, ptr=np.zeros(1, dtype=np.int64), type_id=empty), empty
     sizes = np.concatenate([size for size, _ in members]).astype(np.int64, copy=False)
-    flat = np.concatenate([flat for _, flat in members]).astype(np.int64, copy=False)
+    flat = np.concatenate([nodes for _, nodes in members]).astype(np.int64, copy=False)
     members.clear()  # the parts, as large as `flat`, are not needed while it is reordered below
     instances = Substructures(members=flat, ptr=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
                               type_id=np.concatenate(type_ids).astype(np.int64, copy=False))
@@ -298,11 +298,12 @@ def _paths_and_cycles(graphs: GraphSet, indptr: np.ndarray, indices: np.ndarray,
 
     def emit(name: str, cap: int | None, rows: np.ndarray, canonical: np.ndarray) -> None:
         """Keeps the canonical rows of exhaustive graphs and the distinct rows of thinned ones, capped per graph."""
-        sampled = thinned[graphs.node_graph[rows[:, 0]]]
+        graph = graphs.node_graph[rows[:, 0]]  # every node of a row lies in one graph
+        sampled = thinned[graph]
         rows = np.sort(rows, axis=1)
         parts = [rows[~sampled & canonical]]
         if sampled.any():
-            parts.append(_distinct_rows(rows[sampled], graphs.node_graph[rows[sampled, 0]]))
+            parts.append(_distinct_rows(rows[sampled], graph[sampled]))
         rows = np.concatenate(parts)
         out[name] = _cap_per_graph(rows, graphs.node_graph[rows[:, 0]], cap, generator)
 
