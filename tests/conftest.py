@@ -60,6 +60,16 @@ def prefect_server():
         yield
 
 
+@pytest.fixture(scope="module")
+def pipeline_env(prefect_server) -> dict[str, str]:
+    """Environment for `sgt run` subprocesses: the session's Prefect server instead of one of their own."""
+    from prefect.settings import PREFECT_API_URL
+
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return env
+
+
 @pytest.fixture(scope="session")
 def temporary_prefect_home(tmp_path_factory) -> Path:
     """The Prefect home of the `sgt` processes that start a temporary Prefect server of their own (tests of

@@ -32,16 +32,6 @@ LONG_ESTIMATE = [*TINY_OVERRIDES, "estimator.epochs=50"]
 SUBPROCESS_TIMEOUT = 300  # seconds; starting Python, torch and Prefect on a busy 2-core machine is slow
 
 
-@pytest.fixture(scope="module")
-def pipeline_env(prefect_server) -> dict[str, str]:
-    """Environment for `sgt run` subprocesses: the session's Prefect server instead of one of their own."""
-    from prefect.settings import PREFECT_API_URL
-
-    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    return env
-
-
 def start_run(overrides: list[str], root: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
     """`sgt run OVERRIDES` in a subprocess writing under `root`, its output going to `log`."""
     with open(log, "w") as output:
