@@ -147,7 +147,8 @@ def parquet_table_paths(dataset_cfg: Mapping) -> dict[str, list[Path]]:
     """The files of every table dataset=parquet reads, in either form (for cache keys).
 
     Raises:
-        ConfigError, DatasetError: As the loader would for the same config.
+        ConfigError: As the loader would for the same config.
+        DatasetError: As the loader would for the same config.
     """
     nodes, edges, graphs = dataset_cfg.get("nodes"), dataset_cfg.get("edges"), dataset_cfg.get("graphs")
     if not is_graph_form(nodes):
@@ -355,15 +356,20 @@ def _read_nodes(located: _Located, nodes: Mapping, ids_repeat_across_graphs: boo
                           f"ON {graph_id} = g.id", "matching nodes to graphs",
                  lambda value, count: (f"node of no graph: graph id {value!r} is not in the graphs table "
                                        f"{tables.sources['graphs']} ({_count(count, 'node')} in all name graphs it lacks)"))
-    key = f"{graph_id}, {node_id}" if ids_repeat_across_graphs else node_id
-    located.fail("nodes", f"SELECT MAX(nodes.rowid), ANY_VALUE({graph_id}), {node_id}, MIN(nodes.rowid) FROM nodes "
-                          f"GROUP BY {key} HAVING COUNT(*) > 1", "checking node ids",
-                 lambda graph, value, first: (
-                     f"node id {value!r} of graph {graph!r} again (first in row {first + 1}); node ids must be unique "
-                     "within a graph" if ids_repeat_across_graphs else
-                     f"node id {value!r} again (first in row {first + 1}, graph {graph!r}): without "
-                     "dataset.edges.graph_id, node ids must be unique across all graphs, since edges name nodes by "
-                     "id alone; set dataset.edges.graph_id to the edge table's graph column"))
+    # An id twice in one graph is wrong in either form; only an id shared by two graphs is fixed by
+    # dataset.edges.graph_id, so that hint is given for that case alone.
+    located.fail("nodes", f"SELECT MAX(nodes.rowid), {graph_id}, {node_id}, MIN(nodes.rowid) FROM nodes "
+                          f"GROUP BY {graph_id}, {node_id} HAVING COUNT(*) > 1", "checking node ids",
+                 lambda graph, value, first: (f"node id {value!r} of graph {graph!r} again (first in row {first + 1}); "
+                                              "node ids must be unique within a graph"))
+    if not ids_repeat_across_graphs:
+        located.fail("nodes", f"SELECT MAX(nodes.rowid), arg_max({graph_id}, nodes.rowid), {node_id}, "
+                              f"MIN(nodes.rowid), arg_min({graph_id}, nodes.rowid) FROM nodes GROUP BY {node_id} "
+                              "HAVING COUNT(*) > 1", "checking node ids",
+                     lambda graph, value, first, first_graph: (
+                         f"node id {value!r} of graph {graph!r} is also in graph {first_graph!r} (row {first + 1}): "
+                         "without dataset.edges.graph_id, node ids must be unique across all graphs, since edges "
+                         "name nodes by id alone; set dataset.edges.graph_id to the edge table's graph column"))
     located.fail("graphs", f"SELECT g.row, g.id FROM graph_position AS g ANTI JOIN nodes ON {graph_id} = g.id",
                  "matching graphs to nodes",
                  lambda value: f"graph {value!r} has no nodes in {tables.sources['nodes']}; every graph needs one")
@@ -486,7 +492,8 @@ def load_graph_tables(
         graphs: {"path", "id", "label", "split"}: `label` a column (scalar or list) or a list of columns,
             null for a node-level task; `split` train/val/test/NULL, or null for a seeded split from `split`.
         task: one of `sgt_core.tasks.TASKS`, or None to infer it from the labels.
-        nodes_sql, edges_sql: SELECTs replacing the node and edge tables, as in the one-graph form.
+        nodes_sql: a SELECT replacing the node table, as in the one-graph form.
+        edges_sql: a SELECT replacing the edge table, as in the one-graph form.
         split: {"train": f, "val": f, "test": f} of the graphs, used when graphs.split is null.
         seed: seeds that split.
 
@@ -563,13 +570,19 @@ def load_parquet(
     read exactly as `sgt_core.data.tables.load_tables` reads it (the graph-level keys then null).
 
     Args:
-        nodes, edges, nodes_sql, edges_sql, split, seed: see `load_tables` and `load_graph_tables`.
+        nodes: the node table's keys, as `load_tables` (one graph) or `load_graph_tables` (many) reads them.
+        edges: the edge table's keys, likewise.
         graphs: the graphs table (graph-level form only; its path null in the one-graph form).
         task: the task, or None to infer it (graph-level form; one graph is node_classification).
+        nodes_sql: the SELECT replacing the node table, as in `load_tables` and `load_graph_tables`.
+        edges_sql: the SELECT replacing the edge table, likewise.
+        split: the split's fractions, as in `load_tables` and `load_graph_tables`.
         graph_name: only names the dataset in experiment names.
+        seed: seeds that split.
 
     Raises:
-        ConfigError, DatasetError: As the form's loader raises them.
+        ConfigError: As the form's loader raises it.
+        DatasetError: As the form's loader raises it.
     """
     if is_graph_form(nodes):
         return load_graph_tables(nodes, edges, graphs, task, nodes_sql, edges_sql, split, seed)

@@ -111,10 +111,10 @@ def check_targets(source: str, task: str, y: np.ndarray, count: int, unit: str) 
     return y
 
 
-def check_trainable(source: str, kind: str, y: np.ndarray, train_mask: np.ndarray) -> None:
+def check_trainable(source: str, kind: str, y: np.ndarray, train_mask: np.ndarray, unit: str = "graph") -> None:
     """The training split must give something to learn: two classes, a task with both labels, a known value."""
     if kind == "classification":
-        check_train_classes(source, y, train_mask)
+        check_train_classes(source, y, train_mask, unit)
         return
     train = y[train_mask.astype(bool)]
     if kind == "regression" and np.isnan(train).all():
@@ -158,10 +158,14 @@ def build_graph_set(
         edge_index: int [2, E] global node ids, never joining two graphs.
         y: targets per graph ([G] class ids, or [G, T] floats) or per node ([N] or [N, T]) by the task's
             level; NaN marks an unknown multi-label or regression target.
-        train_mask, val_mask, test_mask: bool over the targets ([G] or [N]), disjoint, none empty.
+        train_mask: bool over the targets ([G] or [N]), disjoint from the other two, not empty.
+        val_mask: bool over the targets, as `train_mask`.
+        test_mask: bool over the targets, as `train_mask`.
         x: float [N, F] continuous node features (None: none).
-        x_cat, x_cat_sizes: int [N, C] categorical node codes and each column's vocabulary size.
-        edge_attr_cat, edge_attr_cat_sizes: int [E, Ce] categorical edge codes aligned with `edge_index`.
+        x_cat: int [N, C] categorical node codes.
+        x_cat_sizes: the vocabulary size of each column of `x_cat`.
+        edge_attr_cat: int [E, Ce] categorical edge codes aligned with `edge_index`.
+        edge_attr_cat_sizes: the vocabulary size of each column of `edge_attr_cat`.
         edge_attr: float [E, Fe] continuous edge features aligned with `edge_index`.
         num_classes: classes of a classification task (default: the largest label + 1).
         metric: the metric that selects the best epoch (default: the task's, `default_metric`).
@@ -216,7 +220,7 @@ def build_graph_set(
     y = check_targets(source, task, _to_numpy(y), count, unit)
     masks = dict(zip(SPLIT_NAMES, (_to_numpy(train_mask), _to_numpy(val_mask), _to_numpy(test_mask))))
     check_masks(source, masks, count, unit=unit)
-    check_trainable(source, kind, y, masks["train"])
+    check_trainable(source, kind, y, masks["train"], unit)
     if kind == "classification":
         largest = int(y.max()) + 1
         if num_classes is not None and num_classes < largest:

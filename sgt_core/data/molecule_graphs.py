@@ -73,6 +73,8 @@ def parse_molecules(
             skipped.append(position)
     if skipped:
         log.warning("%s: skipped %s", source, describe_skipped(skipped, len(smiles), where))
+    if not len(smiles):
+        raise DatasetError(f"{source}: no molecule to load: it holds no SMILES (no rows below its header)")
     if not molecules:
         raise DatasetError(f"{source}: no molecule to load: RDKit parses none of its {len(smiles):,} SMILES")
     return molecules, np.asarray(kept, dtype=np.int64)

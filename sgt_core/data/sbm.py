@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 from torch_geometric.data import Data
 
+from sgt_core.config.dataset import SBM_SPLITS, generator_seed_problems, num_graphs_problems, raise_problems
 from sgt_core.data.many_graphs import build_graph_set
 from sgt_core.data.synthetic import undirected_edge_index
-from sgt_core.errors import ConfigError
 
 # Community (and pattern) sizes are drawn uniformly from this inclusive range, as the benchmark's
 # randint(5, 35) draws them.
@@ -38,20 +38,16 @@ NUM_PATTERNS = 100
 PATTERN_INTERNAL_P = 0.5  # an edge inside a pattern, drawn once per pattern
 PATTERN_TO_GRAPH_P = 0.5  # an edge between a pattern node and another node, drawn per graph
 PATTERN_VOCABULARY = 3
-PATTERN_SPLIT = (10_000, 2_000, 2_000)  # 100 / 20 / 20 graphs per pattern
+PATTERN_SPLIT = SBM_SPLITS["sbm_pattern"]  # 100 / 20 / 20 graphs per pattern
 
 CLUSTER_COMMUNITIES = 6
 CLUSTER_P, CLUSTER_Q = 0.55, 0.25
 CLUSTER_VOCABULARY = CLUSTER_COMMUNITIES + 1  # 0, or the seeded node's community id + 1
-CLUSTER_SPLIT = (10_000, 1_000, 1_000)
+CLUSTER_SPLIT = SBM_SPLITS["sbm_cluster"]
 
 # Node pairs drawn at once (a float32 draw, its probability and int64 block codes per pair: ~0.5 GB a chunk):
 # large enough that the per-chunk overhead vanishes, small enough that memory stays bounded at any num_graphs.
 CHUNK_PAIRS = 1 << 24
-
-
-def _is_integer(value: object) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | np.integer)
 
 
 def split_counts(num_graphs: object, full: tuple[int, int, int], generator: str) -> np.ndarray:
@@ -72,15 +68,8 @@ def split_counts(num_graphs: object, full: tuple[int, int, int], generator: str)
         ConfigError: If `num_graphs` is not an integer, or below total / smallest split (7 for PATTERN, 12 for
             CLUSTER), where a split could get no graph.
     """
+    raise_problems(num_graphs_problems(num_graphs, full, generator))
     total = sum(full)
-    smallest = -(-total // min(full))  # from here on every exact share is at least one graph
-    if not _is_integer(num_graphs):
-        raise ConfigError(f"dataset.num_graphs: must be an integer >= {smallest} ({generator}), found "
-                          f"{num_graphs!r}")
-    if num_graphs < smallest:
-        raise ConfigError(f"dataset.num_graphs: must be at least {smallest} so that train, val and test each "
-                          f"get a graph ({generator}: {full[0]:,} / {full[1]:,} / {full[2]:,} in the full set), "
-                          f"found {num_graphs}")
     exact = np.asarray(full, dtype=np.float64) * num_graphs / total  # [3]
     counts = np.floor(exact).astype(np.int64)
     leftover = int(num_graphs - counts.sum())
@@ -94,8 +83,7 @@ def check_generator_seed(generator_seed: object) -> int:
     Raises:
         ConfigError: If it is not an integer >= 0.
     """
-    if not _is_integer(generator_seed) or generator_seed < 0:
-        raise ConfigError(f"dataset.generator_seed: must be an integer >= 0, found {generator_seed!r}")
+    raise_problems(generator_seed_problems(generator_seed))
     return int(generator_seed)
 
 

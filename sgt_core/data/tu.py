@@ -27,20 +27,13 @@ import numpy as np
 import pandas as pd
 from torch_geometric.data import Data
 
+from sgt_core.config.dataset import fold_problems, raise_problems
 from sgt_core.data.many_graphs import build_graph_set
-from sgt_core.errors import ConfigError, DatasetError
+from sgt_core.errors import DatasetError
 
 REQUIRED = ("A", "graph_indicator", "graph_labels")
 OPTIONAL = ("node_labels", "node_attributes", "edge_labels", "edge_attributes")
 DEFAULT_PATH = "../shared/datasets/tu/MUTAG"
-
-
-def _is_integer(value: object) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | np.integer)
-
-
-def _is_number(value: object) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float | np.number) and np.isfinite(value)
 
 
 def dataset_name(folder: Path) -> str:
@@ -143,22 +136,12 @@ def degree_codes(edge_index: np.ndarray, num_nodes: int, degree_cap: int) -> tup
 
 def check_split_config(fold: object, num_folds: object, val_fraction: object, split_seed: object,
                        degree_cap: object) -> None:
-    """Checks the fold protocol's keys.
+    """Checks the fold protocol's keys, as the typed configuration does (`fold_problems`).
 
     Raises:
         ConfigError: Naming the first key out of range.
     """
-    if not _is_integer(num_folds) or num_folds < 2:
-        raise ConfigError(f"dataset.num_folds: must be an integer >= 2, found {num_folds!r}")
-    if not _is_integer(fold) or not 0 <= fold < num_folds:
-        raise ConfigError(f"dataset.fold: must be an integer in 0..{num_folds - 1} (dataset.num_folds="
-                          f"{num_folds}), found {fold!r}")
-    if not _is_number(val_fraction) or not 0 < val_fraction < 1:
-        raise ConfigError(f"dataset.val_fraction: must be a number in (0, 1), found {val_fraction!r}")
-    if not _is_integer(split_seed) or split_seed < 0:
-        raise ConfigError(f"dataset.split_seed: must be an integer >= 0, found {split_seed!r}")
-    if not _is_integer(degree_cap) or degree_cap < 1:
-        raise ConfigError(f"dataset.degree_cap: must be an integer >= 1, found {degree_cap!r}")
+    raise_problems(fold_problems(fold, num_folds, val_fraction, split_seed, degree_cap))
 
 
 def fold_split(labels: np.ndarray, fold: int, num_folds: int, val_fraction: float, split_seed: int,

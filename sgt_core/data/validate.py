@@ -101,22 +101,23 @@ def check_labels(source: str, y: np.ndarray, num_nodes: int) -> None:
         )
 
 
-def check_train_classes(source: str, y: np.ndarray, train_mask: np.ndarray) -> None:
-    """Checks that the training nodes hold at least two classes, so that a classifier can be trained.
+def check_train_classes(source: str, y: np.ndarray, train_mask: np.ndarray, unit: str = "node") -> None:
+    """Checks that the training nodes (or graphs) hold at least two classes, so that a classifier can be trained.
 
     Args:
         source: File path or description named in error messages.
-        y: Labels [N], already checked by `check_labels`.
-        train_mask: Boolean (or 0/1) [N], already checked by `check_masks`, not empty.
+        y: Labels [N] (or [G]), already checked by `check_labels`.
+        train_mask: Boolean (or 0/1) [N] (or [G]), already checked by `check_masks`, not empty.
+        unit: What one label belongs to, "node" or "graph", named in the message.
 
     Raises:
-        DatasetError: If every training node has the same label.
+        DatasetError: If every training node (graph) has the same label.
     """
-    train_labels = y[train_mask.astype(bool)]
+    train_labels = y[train_mask.astype(bool)].reshape(-1)
     if (train_labels == train_labels[0]).all():
-        nodes = f"all {train_labels.size} train nodes" if train_labels.size > 1 else "its only node"
+        holders = f"all {train_labels.size} train {unit}s" if train_labels.size > 1 else f"its only {unit}"
         raise DatasetError(
-            f"{source}: the train split has only one class (label {int(train_labels[0])} on {nodes}); "
+            f"{source}: the train split has only one class (label {int(train_labels[0])} on {holders}); "
             "a classifier needs at least two"
         )
 

@@ -112,6 +112,16 @@ BAD_VALUES = {
                                   "train.distributed.rdzv_endpoint", "must be host:port with"),
     "switch not a boolean": (["model.deepnorm=maybe"], "model.deepnorm", "true or false"),
     "bad override syntax": (["model.degrees=[1,2"], "overrides", "no viable alternative"),
+    # Dataset values that need no file to judge are configuration, refused with the rest of it.
+    "TU fold past the last": (["dataset=tu", "dataset.fold=10"], "dataset.fold",
+                              "must be an integer in 0..9 (dataset.num_folds=10), found 10"),
+    "TU of one fold": (["dataset=tu", "dataset.num_folds=1"], "dataset.num_folds", "integer >= 2"),
+    "PATTERN too small to split": (["dataset=sbm_pattern", "dataset.num_graphs=6"], "dataset.num_graphs",
+                                   "must be at least 7 so that train, val and test each get a graph"),
+    "CLUSTER too small to split": (["+experiment=cluster_cpu", "dataset.num_graphs=11"], "dataset.num_graphs",
+                                   "must be at least 12"),
+    "negative generator seed": (["dataset=sbm_cluster", "dataset.generator_seed=-1"], "dataset.generator_seed",
+                                "integer >= 0"),
 }
 
 

@@ -254,13 +254,18 @@ def test_an_edge_across_two_graphs_is_named(tmp_path):
 def test_repeated_node_ids_are_named(tmp_path):
     nodes, edges, graphs = molecules()
     paths = write_molecules(tmp_path, nodes=nodes, edges=edges, graphs=graphs)
-    with pytest.raises(DatasetError, match=r"without dataset\.edges\.graph_id, node ids must be unique across all"):
+    with pytest.raises(DatasetError, match=r"node id \d+ of graph 'mol-\d' is also in graph 'mol-\d' \(row \d+\): "
+                                           r"without dataset\.edges\.graph_id, node ids must be unique across all"):
         load_dataset(config(paths, edges__graph_id=None), seed=0)
     twice = {key: [*values, values[0]] for key, values in nodes.items()}
     write_table(paths["nodes"], twice)
-    with pytest.raises(DatasetError, match=rf"^{re.escape(str(paths['nodes']))}, row {len(nodes['mol']) + 1}: "
-                                           r"node id \d+ of graph 'mol-\d' again \(first in row 1\)"):
+    again = rf"^{re.escape(str(paths['nodes']))}, row {len(nodes['mol']) + 1}: node id \d+ of graph 'mol-\d' again " \
+            r"\(first in row 1\); node ids must be unique within a graph$"
+    with pytest.raises(DatasetError, match=again):
         load_dataset(config(paths), seed=0)
+    # Twice in one graph is named as such without a graph column on the edges too: that column would not help.
+    with pytest.raises(DatasetError, match=again):
+        load_dataset(config(paths, edges__graph_id=None), seed=0)
 
 
 @pytest.mark.parametrize("changes, message", [

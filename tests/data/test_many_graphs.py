@@ -33,7 +33,7 @@ def build(**changes):
     ({"metric": "mae"}, r"metric 'mae' does not fit the task graph_classification"),
     ({"task": "graph_ranking"}, r"unknown task 'graph_ranking'"),
     ({"val_mask": np.array([False, False, False, False])}, r"the val split is empty; expected at least one graph"),
-    ({"y": np.array([0, 0, 1, 1])}, r"the train split has only one class"),
+    ({"y": np.array([0, 0, 1, 1])}, r"the train split has only one class \(label 0 on all 2 train graphs\)"),
 ])
 def test_bad_input_is_one_error_naming_the_problem(changes, message):
     with pytest.raises(DatasetError, match=message):

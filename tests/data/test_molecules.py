@@ -207,6 +207,12 @@ def test_skipping_every_molecule_leaves_nothing_to_load(tmp_path):
         load(path, skip_invalid=True)
 
 
+def test_a_file_without_smiles_says_so(tmp_path):
+    path = classes_csv(tmp_path, [])
+    with pytest.raises(DatasetError, match=r"mols\.csv: no molecule to load: it holds no SMILES \(no rows below its"):
+        load(path)
+
+
 def test_a_missing_smiles_is_named(tmp_path):
     path = classes_csv(tmp_path, [*SMILES[:3], "", *SMILES[4:]])
     with pytest.raises(DatasetError, match=r"row 3 \(0-based; line 5\): the SMILES is missing"):

@@ -46,7 +46,8 @@ def broken_tables(folder: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("case", ["missing npz", "unreadable csv", "unwritable artifacts", "missing zinc folder",
-                                  "tu folder without its files", "smiles table without its label column"])
+                                  "tu folder without its files", "smiles table without its label column",
+                                  "tu fold out of range", "too few generated graphs"])
 def test_bad_input_is_answered_before_torch_or_prefect_is_imported(tmp_path, case):
     artifacts = tmp_path / "artifacts"
     (tmp_path / "EMPTY").mkdir()
@@ -59,6 +60,10 @@ def test_bad_input_is_answered_before_torch_or_prefect_is_imported(tmp_path, cas
         "smiles table without its label column": (
             ["dataset=molecules", f"dataset.path={tmp_path / 'molecules.csv'}", "dataset.label_columns=[HIV_active]"],
             f"error: {tmp_path / 'molecules.csv'}: no column 'HIV_active'; its columns are smiles, active"),
+        "tu fold out of range": (["dataset=tu", f"dataset.path={tmp_path / 'EMPTY'}", "dataset.fold=-1"],
+                                 "error: dataset.fold: must be an integer in 0..9 (dataset.num_folds=10), found -1"),
+        "too few generated graphs": (["+experiment=pattern_cpu", "dataset.num_graphs=2"],
+                                     "error: dataset.num_graphs: must be at least 7"),
         "missing npz": (["dataset=npz", f"dataset.path={tmp_path / 'missing.npz'}"],
                         f"error: {tmp_path / 'missing.npz'}: no such file"),
         "unreadable csv": (broken_tables(tmp_path),
