@@ -24,7 +24,8 @@ class AdamW:
         lr: learning rate (the schedule below rescales `lr` from `base_lr`).
         weight_decay: the weight decay's factor (of every group that does not set its own): every weight
             shrinks by lr * weight_decay per step.
-        betas, eps: Adam's moment decay rates and denominator epsilon.
+        betas: Adam's decay rates of the first and second moment estimates.
+        eps: Adam's denominator epsilon.
     """
 
     def __init__(

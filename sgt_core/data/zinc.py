@@ -209,7 +209,7 @@ def featurise(molecule, atom_codes: dict, bond_code_by_order: np.ndarray,
     [NH3+]) and its charge; aromatic rings are kekulised first, so every bond is single, double or triple.
 
     Args:
-        molecule: an RDKit molecule as parsed (sanitised).
+        molecule (rdkit.Chem.Mol): an RDKit molecule as parsed (sanitised).
         atom_codes: (element, explicit hydrogens, charge) -> code.
         bond_code_by_order: int64 [4], the code of bond order 1, 2, 3 (`read_vocabulary`).
         where: the molecule's file and line, for errors.

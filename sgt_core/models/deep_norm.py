@@ -12,7 +12,7 @@ def deepnorm_constants(num_layers: int) -> tuple[float, float]:
     r"""DeepNorm's residual scale alpha and init scale beta for an encoder-only stack of N layers.
 
     DeepNet (Wang et al., 2022, "DeepNet: Scaling Transformers to 1,000 Layers"), used by DeepGraph
-    (section 3.2): :math:`\alpha = (2N)^{1/4}`, :math:`\beta = (8N)^{-1/4}`, where N counts layers of one
+    (section 3.2): \(\alpha = (2N)^{1/4}\), \(\beta = (8N)^{-1/4}\), where N counts layers of one
     attention + one feed-forward sublayer each.
     """
     if num_layers < 1:
@@ -21,7 +21,7 @@ def deepnorm_constants(num_layers: int) -> tuple[float, float]:
 
 
 def deepnorm_residual(x: Tensor, sublayer_out: Tensor, alpha: float, norm: nn.Module | None = None) -> Tensor:
-    r"""Post-LN residual with an up-weighted skip: :math:`x_{l+1} = \mathrm{LN}(\alpha x_l + G(x_l))`.
+    r"""Post-LN residual with an up-weighted skip: \(x_{l+1} = \mathrm{LN}(\alpha x_l + G(x_l))\).
 
     Args:
         x: sublayer input x_l [..., D].
@@ -36,11 +36,12 @@ def deepnorm_residual(x: Tensor, sublayer_out: Tensor, alpha: float, norm: nn.Mo
 class DeepNorm(nn.Module):
     r"""DeepNorm residual block wrapper (DeepNet; DeepGraph section 3.2), off unless a model opts in.
 
-    .. math::
-        x_{l+1} = \mathrm{LN}\big(\alpha\,x_l + G(x_l)\big), \qquad \alpha = (2N)^{1/4}
+    \[
+    x_{l+1} = \mathrm{LN}\big(\alpha\,x_l + G(x_l)\big), \qquad \alpha = (2N)^{1/4}
+    \]
 
     and, at initialisation, the feed-forward weights and the attention value / output projections are
-    Xavier-normal scaled by :math:`\beta = (8N)^{-1/4}` (queries and keys keep gain 1); use
+    Xavier-normal scaled by \(\beta = (8N)^{-1/4}\) (queries and keys keep gain 1); use
     `init_sublayer_` on those linears.
 
     Args:

@@ -30,8 +30,11 @@ def combined_code(edge_type: Tensor, edge_spd: Tensor | None, edge_attr: Tensor 
     computed in int64 (graphs may hold types as int8).
 
     Args:
-        edge_type, edge_spd, edge_attr: [*] each; None for a term the model or the graph lacks.
-        num_spd: S, the SPD buckets of the tables (1: none); num_attr: A, the feature codes (1: none).
+        edge_type: [*] each edge's type t.
+        edge_spd: [*] each edge's SPD bucket s; None where the model or the graph has none.
+        edge_attr: [*] each edge's feature code a; None where the model or the graph has none.
+        num_spd: S, the SPD buckets of the tables (1: none).
+        num_attr: A, the feature codes of the tables (1: none).
     """
     if (edge_spd is None or num_spd <= 1) and (edge_attr is None or num_attr <= 1):
         return edge_type

@@ -55,8 +55,8 @@ class AttentionScoreEstimator(nn.Module):
             edge terms (see `EstimatorAttention`).
         readout: None for node tasks, else how each graph's rows are pooled (`GraphReadout`), as the wide
             network reads out, before an MLP head: the estimator learns the task the wide network learns.
-        encoder: the input layer's arguments but its width, passed on to `NodeEncoder`: the feature width
-            `in_features`, `num_node_kinds`, the categorical vocabularies, and the sizes of SAN's LPE and
+        **encoder (Any): the input layer's arguments but its width, passed on to `NodeEncoder`: the feature
+            width `in_features`, `num_node_kinds`, the categorical vocabularies, and the sizes of SAN's LPE and
             of the substructure tokens.
 
     Shapes:

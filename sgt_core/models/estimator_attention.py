@@ -33,18 +33,22 @@ class AttentionEdges:
     (`EstimatorAttention.prepare`) instead of once per layer and epoch.
 
     Attributes:
-        edge_index [2, E] sorted by dst, edge_type [E], edge_spd [E] or None, edge_attr [E] or None: as
-            the graph holds them; None with `compact`, which holds all the fused operator reads, so that a
-            caller can let the graph's own edge tensors go (7 bytes per edge for a compact graph).
-        in_degree int64 [N], ptr int64 [N + 1]: the CSR segments over destinations.
-        code [E]: each edge's row in the fused kernels' E and B tables (`combined_code`, renumbered over
+        edge_index: [2, E] sorted by dst, as the graph holds it; None with `compact`, which holds all the
+            fused operator reads, so that a caller can let the graph's own edge tensors go (7 bytes per
+            edge for a compact graph).
+        edge_type: [E] as the graph holds it; None with `compact`, as `edge_index`.
+        edge_spd: [E] as the graph holds it, or None; None with `compact`, as `edge_index`.
+        in_degree: int64 [N] incoming edges per destination (the CSR segments' lengths).
+        ptr: int64 [N + 1] the CSR segments over destinations.
+        code: [E] each edge's row in the fused kernels' E and B tables (`combined_code`, renumbered over
             `rows` when they are given).
-        with_spd, with_attr: whether the codes include the SPD bucket and the feature code (`code_tables`
-            then adds their rows).
-        rows: int64 [C'] the full table's rows that `code` numbers 0..C'-1, where the full table would
-            exceed the kernels' 256 codes (`used_codes`); None: `code` is the full table's row.
+        with_spd: whether the codes include the SPD bucket (`code_tables` then adds its rows).
         compact: the int32 / uint8 edges and their grouping by source that `sgt::edge_attention` reads;
             None on the plain autograd path.
+        edge_attr: [E] as the graph holds it, or None; None with `compact`, as `edge_index`.
+        with_attr: whether the codes include the feature code (`code_tables` then adds its rows).
+        rows: int64 [C'] the full table's rows that `code` numbers 0..C'-1, where the full table would
+            exceed the kernels' 256 codes (`used_codes`); None: `code` is the full table's row.
         features: float [E, Fe] each edge's continuous features (zero on every edge but the input graph's
             own), or None where the graph or the model has none. Every layer reads the same tensor.
     """
@@ -167,10 +171,11 @@ class EstimatorAttention(EdgeTypedAttention):
     Spexphormer (Shirzad et al., 2024), section 4. For an edge j -> i of type t, with E_ij = E_t and
     B_ij = B_t plus the distance, code and continuous-feature terms below where they are on:
 
-    .. math::
-        z_{ij} = \mathrm{clip}\Big(\big(\tfrac{(E_{ij} \odot K_j)\cdot Q_i}{\sqrt{d}} + B_{ij}\big) / \tau, \pm c\Big),
-        \qquad a_{ij} = \mathrm{softmax}_{j \in \mathcal{N}_H(i)}(z_{ij}),
-        \qquad \mathrm{out}_i = W_O \sum_j a_{ij}\, s\,\frac{V_j}{\lVert V_j \rVert_2}
+    \[
+    z_{ij} = \mathrm{clip}\Big(\big(\tfrac{(E_{ij} \odot K_j)\cdot Q_i}{\sqrt{d}} + B_{ij}\big) / \tau, \pm c\Big),
+    \qquad a_{ij} = \mathrm{softmax}_{j \in \mathcal{N}_H(i)}(z_{ij}),
+    \qquad \mathrm{out}_i = W_O \sum_j a_{ij}\, s\,\frac{V_j}{\lVert V_j \rVert_2}
+    \]
 
     Normalising V makes a score comparable across neighbours: with unit-norm values, a larger a_ij
     really means a larger contribution; the learnable global scale s keeps accuracy (section 4).

@@ -278,22 +278,29 @@ def fused_edge_attention(
     r"""Edge softmax attention: for an edge j -> i with code c (its edge type, or type and distance) and,
     optionally, continuous features f (F of them),
 
-    .. math::
-        E_{ij} = E_c + \sum_k f_k E_{C+k}, \qquad B_{ij} = B_c + \sum_k f_k B_{C+k},
+    \[
+    E_{ij} = E_c + \sum_k f_k E_{C+k}, \qquad B_{ij} = B_c + \sum_k f_k B_{C+k},
+    \]
 
-        a_{ij} = \mathrm{softmax}_j\Big(\mathrm{clip}\big(((E_{ij} \odot K_j)\cdot Q_i / \sqrt{d} + B_{ij}) / \tau,
-        \pm\,clip\big)\Big), \qquad \mathrm{out}_i = \sum_j a_{ij} V_j
+    \[
+    a_{ij} = \mathrm{softmax}_j\Big(\mathrm{clip}\big(((E_{ij} \odot K_j)\cdot Q_i / \sqrt{d} + B_{ij}) / \tau,
+    \pm\,clip\big)\Big), \qquad \mathrm{out}_i = \sum_j a_{ij} V_j
+    \]
 
     The tables' last F rows are the columns of Spexphormer's W_E [d, F] and W_B [1, F] (section 3: E = W_E f,
     B = W_B f), so that a code, a one-hot feature, and the continuous features are one linear map.
 
     Args:
-        query, key, value: float [N, d] node projections (value already normalised and scaled).
-        edge_scale: float [C + F, d] E per edge code, then per feature; edge_bias: float [C + F] B alike.
-        edge_index: integer [2, E] (src, dst) sorted by dst; edge_code: integer [E] in [0, C); only
-            read to build `compact` when it is missing.
+        query: float [N, d] node projections Q.
+        key: float [N, d] node projections K.
+        value: float [N, d] node projections V (already normalised and scaled).
+        edge_scale: float [C + F, d] E per edge code, then per feature.
+        edge_bias: float [C + F] B per edge code, then per feature.
+        edge_index: integer [2, E] (src, dst) sorted by dst.
+        edge_code: integer [E] in [0, C); only read to build `compact` when it is missing.
         in_degree: int64 [N] incoming edges per node (the CSR segment lengths).
-        temperature: tau; clip: bound on the tempered logits (<= 30 so exp cannot overflow).
+        temperature: tau.
+        clip: bound on the tempered logits (<= 30 so exp cannot overflow).
         compact: `compact_edges(edge_index, edge_code, ...)`, which a caller with several layers or
             epochs over one graph builds once.
         features: float [E, F] each edge's continuous features, in edge order, the query's dtype (None: F = 0).

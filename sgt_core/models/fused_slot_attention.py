@@ -201,19 +201,25 @@ def fused_slot_attention(
     r"""Multi-head attention of each query row over its `deg` sampled slots: for slot j of code c and,
     optionally, continuous features f (F of them), head h,
 
-    .. math::
-        E_{ij} = E_c + \sum_k f_k E_{C+k}, \qquad B_{ij} = B_c + \sum_k f_k B_{C+k},
+    \[
+    E_{ij} = E_c + \sum_k f_k E_{C+k}, \qquad B_{ij} = B_c + \sum_k f_k B_{C+k},
+    \]
 
-        a^h_{ij} = \mathrm{softmax}_{j:\,\mathrm{mask}_{ij}}\Big(\tfrac{(E^h_{ij} \odot K^h_j)\cdot Q^h_i}{\sqrt{d_h}}
-        + B^h_{ij}\Big), \qquad \mathrm{out}_i = \big\Vert_h \sum_j a^h_{ij} V^h_j
+    \[
+    a^h_{ij} = \mathrm{softmax}_{j:\,\mathrm{mask}_{ij}}\Big(\tfrac{(E^h_{ij} \odot K^h_j)\cdot Q^h_i}{\sqrt{d_h}}
+    + B^h_{ij}\Big), \qquad \mathrm{out}_i = \big\Vert_h \sum_j a^h_{ij} V^h_j
+    \]
 
     The tables' last F rows are the columns of Spexphormer's W_E [D, F] and W_B [H, F] (E = W_E f, B = W_B f),
     formed per slot in the kernels (no [Q, deg, D] tensor of per-slot terms).
 
     Args:
-        query: float [Q, D] projected queries; key_value: float [K, 2D] projected keys then values.
-        edge_scale: float [C + F, D] E per slot code, then per feature; edge_bias: float [C + F, H] B alike.
-        neighbours: int64 [Q, deg] rows of key_value; code: int64 [Q, deg] in [0, C).
+        query: float [Q, D] projected queries.
+        key_value: float [K, 2D] projected keys then values.
+        edge_scale: float [C + F, D] E per slot code, then per feature.
+        edge_bias: float [C + F, H] B per slot code, then per feature.
+        neighbours: int64 [Q, deg] rows of key_value.
+        code: int64 [Q, deg] each slot's code, in [0, C).
         mask: bool [Q, deg] real (True) or padding (False) slots; a row without any gives zeros.
         heads: H (D divisible by H).
         projections: (query_weight [D, D], query_bias [D], kv_weight [2D, D], kv_bias [2D]), the keys'

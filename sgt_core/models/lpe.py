@@ -15,10 +15,11 @@ class LearnedPositionalEncoding(nn.Module):
     Node j sees its part of the spectrum as a sequence of m tokens, one per eigenpair: the eigenvalue
     λ_i (its position on the frequency axis) and the node's entry φ_{i,j} of the eigenvector. Then
 
-    .. math::
-        t_{j,i} = W\,[\lambda_i,\ s_i\,\phi_{i,j}] + b, \qquad
-        (z_{j,1}, \dots, z_{j,m}) = \mathrm{TransformerEncoder}(t_{j,1}, \dots, t_{j,m}), \qquad
-        \mathrm{LPE}_j = \sum_{i \,:\, \mathrm{mask}_{j,i}} z_{j,i},
+    \[
+    t_{j,i} = W\,[\lambda_i,\ s_i\,\phi_{i,j}] + b, \qquad
+    (z_{j,1}, \dots, z_{j,m}) = \mathrm{TransformerEncoder}(t_{j,1}, \dots, t_{j,m}), \qquad
+    \mathrm{LPE}_j = \sum_{i \,:\, \mathrm{mask}_{j,i}} z_{j,i},
+    \]
 
     where padded tokens (graphs with fewer than m eigenpairs) are hidden from attention and left out of
     the sum. s_i = ±1 is a random sign per eigenvector, shared by all nodes and drawn from torch's global

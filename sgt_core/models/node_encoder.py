@@ -16,7 +16,8 @@ class NodeExtras:
     """Per-node inputs beyond features and node kinds, for the rows a forward pass computes.
 
     Attributes:
-        eigenvalues, eigenvectors: float32 [N, m] Laplacian eigenpairs per row (the LPE's input).
+        eigenvalues: float32 [N, m] Laplacian eigenvalues per row (the LPE's input).
+        eigenvectors: float32 [N, m] each row's entries of those eigenvectors (the LPE's input).
         eigen_mask: bool [N, m] False on padding and on added nodes.
         token_rows: int64 [T] the rows that are substructure tokens.
         token_adjacency: float32 [T, s*s] those tokens' DFS-ordered adjacency, in `token_rows` order.
@@ -86,11 +87,12 @@ class NodeExtras:
 class NodeEncoder(nn.Module):
     r"""Initial node representations of the interaction graph, shared by the estimator and the wide network.
 
-    .. math::
-        h_v = \begin{cases}
-            W\,[x_v \,\Vert\, \mathrm{LPE}(\lambda, \phi_v)] + b + \sum_c A^c_{x^c_v} + K_{\kappa_v} & \text{real, virtual} \\
-            \mathrm{SubstructureEncoder}(a_v, \tau_v) + K_{\kappa_v} & \text{substructure tokens}
-        \end{cases}
+    \[
+    h_v = \begin{cases}
+        W\,[x_v \,\Vert\, \mathrm{LPE}(\lambda, \phi_v)] + b + \sum_c A^c_{x^c_v} + K_{\kappa_v} & \text{real, virtual} \\
+        \mathrm{SubstructureEncoder}(a_v, \tau_v) + K_{\kappa_v} & \text{substructure tokens}
+    \end{cases}
+    \]
 
     K is a learned node-kind embedding (kind κ: real, virtual, substructure); A^c embeds the code of
     categorical column c (atom types, OGB's AtomEncoder: one table per column, summed), zero on added
@@ -105,7 +107,8 @@ class NodeEncoder(nn.Module):
         num_node_kinds: node kinds (rows of K).
         lpe_eigenpairs: eigenpairs m per node in the input (0: no LPE).
         lpe_dim: LPE width k (0: no LPE).
-        lpe_layers, lpe_heads: the LPE's Transformer encoder size.
+        lpe_layers: layers of the LPE's Transformer encoder.
+        lpe_heads: attention heads of the LPE's Transformer encoder.
         token_size: side s of the tokens' padded adjacency (0: no tokens).
         num_token_types: substructure types (rows of the token type embedding).
         categorical_sizes: the vocabulary of each categorical feature column (empty: none).

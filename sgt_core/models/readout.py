@@ -31,10 +31,11 @@ class GraphRows:
 class GraphReadout(nn.Module):
     r"""Pools each graph's rows into one vector (PyG's `global_mean_pool` and friends, as scatters).
 
-    .. math::
-        \mathrm{mean}: \frac{1}{|V_g|}\sum_{v \in V_g} h_v, \quad \mathrm{sum}: \sum_{v \in V_g} h_v, \quad
-        \mathrm{virtual}: \frac{1}{|U_g|}\sum_{u \in U_g} h_u, \quad
-        \mathrm{attention}: \sum_{v \in V_g} \mathrm{softmax}_{v \in V_g}(w^\top h_v + c)\, h_v
+    \[
+    \mathrm{mean}: \frac{1}{|V_g|}\sum_{v \in V_g} h_v, \quad \mathrm{sum}: \sum_{v \in V_g} h_v, \quad
+    \mathrm{virtual}: \frac{1}{|U_g|}\sum_{u \in U_g} h_u, \quad
+    \mathrm{attention}: \sum_{v \in V_g} \mathrm{softmax}_{v \in V_g}(w^\top h_v + c)\, h_v
+    \]
 
     V_g are graph g's real nodes (virtual nodes and substructure tokens are helpers of the attention, not
     part of the graph), U_g its virtual nodes (`preprocess.virtual_nodes`, Exphormer's global nodes, whose

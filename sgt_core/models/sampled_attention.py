@@ -20,9 +20,10 @@ class SampledAttention(EdgeTypedAttention):
     (`fused_slot_attention`, which keeps only the attention weights for the backward pass). For a
     sampled edge j -> i of type t, per head h:
 
-    .. math::
-        a^h_{ij} = \mathrm{softmax}_{j}\Big(\tfrac{(E^h_t \odot K^h_j)\cdot Q^h_i}{\sqrt{d_h}} + B^h_t\Big),
-        \qquad \mathrm{out}_i = W_O\,\big\Vert_h \sum_j a^h_{ij} V^h_j
+    \[
+    a^h_{ij} = \mathrm{softmax}_{j}\Big(\tfrac{(E^h_t \odot K^h_j)\cdot Q^h_i}{\sqrt{d_h}} + B^h_t\Big),
+    \qquad \mathrm{out}_i = W_O\,\big\Vert_h \sum_j a^h_{ij} V^h_j
+    \]
 
     No V normalisation here (that is only for the estimator). Padded slots (nodes with fewer candidates
     than `deg`) are masked out of the softmax.

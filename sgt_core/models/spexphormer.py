@@ -109,8 +109,9 @@ class Spexphormer(nn.Module):
             (`GINEBranch`, reading the edges' feature codes and continuous features); gatv2 reads the
             continuous features too.
         local_aggregation: the sage branch's aggregation, mean or sum.
-        local_steps, local_teleport: the appnp branch's K steps and teleport alpha (`APPNPBranch`'s `steps`,
-            `teleport`); None for the other branches.
+        local_steps: the appnp branch's K steps (`APPNPBranch`'s `steps`); None for the other branches.
+        local_teleport: the appnp branch's teleport alpha (`APPNPBranch`'s `teleport`); None for the other
+            branches.
         local_top_k: the appnp branch's propagation through the layers' top-k rows of that width
             (`APPNPBranch`'s `top_k`; the layers must carry them); None: over the kept graph edges.
         degree_signal: adds W log(1 + n_v) to every node's input encoding, n_v its real graph degree: a
@@ -122,7 +123,7 @@ class Spexphormer(nn.Module):
             see `SampledAttention`) and by gine (a linear map added to the code embedding).
         readout: None for node tasks (a linear head per node), else how each graph's rows are pooled
             (`GraphReadout`: mean, sum, virtual, attention) before GraphGPS's MLP head.
-        encoder: the input layer's arguments but its width, as in `AttentionScoreEstimator`.
+        **encoder (Any): the input layer's arguments but its width, as in `AttentionScoreEstimator`.
 
     Shapes:
         x [N0, F], node_kind [N0] and extras for the first layer's input rows; `layers` maps them down to

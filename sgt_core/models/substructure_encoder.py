@@ -18,8 +18,9 @@ class SubstructureEncoder(nn.Module):
     one deterministic order is used). This module is the encoder ``g_s``, a 2-layer MLP, with a learned
     embedding ``E`` of the substructure type added to the first layer:
 
-    .. math::
-        h_t = W_2\,\mathrm{GELU}\big(W_1 a_t + b_1 + E_{\tau_t}\big) + b_2
+    \[
+    h_t = W_2\,\mathrm{GELU}\big(W_1 a_t + b_1 + E_{\tau_t}\big) + b_2
+    \]
 
     Args:
         max_size: side K of the padded adjacency matrix (the input has K * K columns).

@@ -156,7 +156,8 @@ def receptive_field_edges(
     Args:
         edge_index: int [2, E] (src, dst) pairs, read as undirected edges.
         num_nodes: number of nodes n.
-        anchors: int [A] distinct anchor ids, e.g. from :func:`k_dominating_set`; any order.
+        anchors: int [A] distinct anchor ids, any order, e.g. from
+            [`k_dominating_set`][sgt_core.preprocess.anchors.k_dominating_set].
         k: hop radius (>= 1) of N_k(v).
         max_khop_per_node: at most this many k-hop edges per destination; None keeps all.
         generator: draws the boundary-shell subsets; required when ``max_khop_per_node`` is set.

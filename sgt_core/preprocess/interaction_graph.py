@@ -69,7 +69,9 @@ class InteractionGraph:
         x: float32 [N, F] continuous node features (F may be 0); rows of added nodes are zero.
         y: node tasks: int64 [N] class ids (-1 for added nodes), or float32 [N, T] multi-label targets
             (NaN: unknown, and on added nodes); graph tasks: int64 [G] class ids or float32 [G, T].
-        train_mask, val_mask, test_mask: bool over the targets, [N] (always False for added nodes) or [G].
+        train_mask: bool over the targets, [N] (always False for added nodes) or [G].
+        val_mask: bool over the targets, as `train_mask`.
+        test_mask: bool over the targets, as `train_mask`.
         node_kind: int64 [N] index into NODE_KINDS.
         edge_index: int64 [2, E] (src, dst), sorted by dst then src, so each node's incoming
             edges are one contiguous CSR segment (see `ptr`).
@@ -82,12 +84,14 @@ class InteractionGraph:
         token_adjacency: float32 [T, s*s] each substructure token's induced adjacency in degree-ordered
             DFS order, padded to s x s and flattened (DeepGraph); [0, 0] without tokens.
         token_type: int64 [T] index into `SUBSTRUCTURE_TYPES`; token t is node N - T + t.
-        eigenvalues, eigenvectors: float32 [N, m] the m lowest Laplacian eigenpairs of the input graph
-            per node (SAN's LPE input); m = 0 when the LPE is off.
+        eigenvalues: float32 [N, m] the m lowest Laplacian eigenvalues of the input graph per node (SAN's
+            LPE input); m = 0 when the LPE is off.
+        eigenvectors: float32 [N, m] each node's entries of those eigenvectors.
         eigen_mask: bool [N, m] False on padding (fewer than m eigenpairs) and on every added node's row.
         num_real_nodes: the first `num_real_nodes` rows are the input graph's nodes.
         num_outputs: the networks' output columns: classes, or tasks T (multi-label, regression).
-        task, metric: the dataset's task and the metric that selects the best epoch (`sgt_core.tasks`).
+        task: the dataset's task (`sgt_core.tasks`).
+        metric: the metric that selects the best epoch (`sgt_core.tasks`).
         num_graphs: G, the graphs of the dataset (1 for one graph).
         node_graph: int64 [N] the graph of every node, added nodes included; [0] when G = 1.
         x_cat: int64 [N, C] categorical node features (atom types), -1 on added nodes; [N, 0] without.

@@ -24,9 +24,9 @@ def appnp_top_k(source: Tensor, target: Tensor, num_nodes: int, steps: int, tele
                 top_k: int) -> PropagationRows:
     r"""Each node's `top_k` largest weights in APPNP's propagation over the graph's edges, fixed width.
 
-    The appnp branch with K steps and teleport alpha computes :math:`z_K = P z_0` with
-    :math:`P = M_K`, :math:`M_0 = I`, :math:`M_{t+1} = (1 - \alpha) \hat A M_t + \alpha I`, and
-    :math:`\hat A = \hat D^{-1/2} (A + I) \hat D^{-1/2}` from the real in-degrees (GCN's normalisation,
+    The appnp branch with K steps and teleport alpha computes \(z_K = P z_0\) with
+    \(P = M_K\), \(M_0 = I\), \(M_{t+1} = (1 - \alpha) \hat A M_t + \alpha I\), and
+    \(\hat A = \hat D^{-1/2} (A + I) \hat D^{-1/2}\) from the real in-degrees (GCN's normalisation,
     `APPNPBranch`'s). Row i of P says how much of each node's z_0 reaches node i. PPRGo keeps the
     largest entries of each row and applies them in one sparse hop, so a node needs only its `top_k` most
     influential nodes rather than its whole K-hop neighbourhood: that is what Algorithm 2's batches can
@@ -39,9 +39,12 @@ def appnp_top_k(source: Tensor, target: Tensor, num_nodes: int, steps: int, tele
     the rows are P's exactly; otherwise a kept weight is at most P's entry (the cut drops paths' mass).
 
     Args:
-        source, target: int [E] the input graph's edges (source -> target), without self-loops.
+        source: int [E] the source node of each of the input graph's edges (source -> target), without
+            self-loops.
+        target: int [E] the target node of each edge.
         num_nodes: N (nodes without edges get their own row, weight 1).
-        steps, teleport: K >= 1 and alpha in [0, 1).
+        steps: K >= 1.
+        teleport: alpha in [0, 1).
         top_k: entries kept per row.
 
     Returns:

@@ -99,16 +99,21 @@ class LayerSampler:
     """Holds a graph and its per-layer scores; samples full-graph layers or a batch's layers on demand.
 
     Args:
-        edge_index, edge_type, ptr: the interaction graph (CSR over dst), on the target device; the edges
-            may be int64 or a compact graph's narrower dtypes (sampled slots are int64 either way).
-        layer_scores: float [L, E] sampling weights per layer.
-        degrees: deg_l per layer.
-        method: "reservoir", "uniform", "topk" or "full".
-        generator: torch generator on the same device.
-        edge_spd: int64 [E] SPD buckets carried into the sampled layers (None: no SPD encoding).
-        edge_attr: [E] categorical edge-feature codes carried into the sampled layers (None: none).
-        edge_features: float [E, Fe] continuous edge features carried into the sampled layers, [Q, deg, Fe] per
-            layer (None: none).
+        edge_index (Tensor): [2, E] the interaction graph's edges (src, dst), sorted by dst, on the target
+            device; int64 or a compact graph's narrower dtype, as `edge_type` (sampled slots are int64
+            either way).
+        edge_type (Tensor): [E] each edge's type.
+        ptr (Tensor): [N + 1] the CSR offsets of the edges over dst.
+        layer_scores (Tensor): float [L, E] sampling weights per layer.
+        degrees (Iterable[int]): deg_l per layer.
+        method (str): "reservoir", "uniform", "topk" or "full".
+        generator (torch.Generator | None): torch generator on the same device.
+        edge_spd (Tensor | None): int64 [E] SPD buckets carried into the sampled layers (None: no SPD
+            encoding).
+        edge_attr (Tensor | None): [E] categorical edge-feature codes carried into the sampled layers (None:
+            none).
+        edge_features (Tensor | None): float [E, Fe] continuous edge features carried into the sampled
+            layers, [Q, deg, Fe] per layer (None: none).
         propagation: every node's top-k propagation rows [N, k] (`appnp_top_k`), carried into every layer for
             the local branch, or None. Not sampled: a batch's layers add each query's k rows to their input.
     """

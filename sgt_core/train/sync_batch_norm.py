@@ -55,8 +55,10 @@ class SyncBatchNorm1d(nn.BatchNorm1d):
 
     Args:
         num_features: channels C of the [N, C] input.
-        eps, momentum: as nn.BatchNorm1d (momentum None: cumulative average).
-        group: the process group to normalise over (None: the default group).
+        eps: as nn.BatchNorm1d.
+        momentum: as nn.BatchNorm1d (None: cumulative average).
+        group (torch.distributed.ProcessGroup | None): the process group to normalise over (None: the
+            default group).
     """
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, group=None) -> None:

@@ -14,10 +14,11 @@ from sgt_core.models.local.messages import gcn_weights, graph_edges, query_rows,
 class APPNPBranch(GCNBranch):
     r"""APPNP as the GraphGPS local branch: K steps of personalised-PageRank propagation of z_0 = W h.
 
-    .. math::
-        z_{k+1} = (1 - \alpha) \hat A z_k + \alpha z_0, \qquad h' = z_K + b
+    \[
+    z_{k+1} = (1 - \alpha) \hat A z_k + \alpha z_0, \qquad h' = z_K + b
+    \]
 
-    with :math:`\hat A` GCN's normalised adjacency with self-loops over the layer's kept graph edges
+    with \(\hat A\) GCN's normalised adjacency with self-loops over the layer's kept graph edges
     (`GCNBranch`'s, with its n_i / s_i correction of sampled sums): PyG's `APPNP(K, alpha)` applied to
     `GCNConv`'s linear map, plus its bias; the parameters are `GCNConv`'s (`lin`, `bias`). Hops after the
     first need every input row as a query, so K > 1 runs in full-graph layers only (Algorithm 2's batches
@@ -25,7 +26,7 @@ class APPNPBranch(GCNBranch):
 
     With `top_k` k the K steps are one hop over the layer's `PropagationRows` (PPRGo): each query's k
     largest entries of the K-step operator over the whole graph (`sgt_core.sampling.propagation.appnp_top_k`),
-    :math:`\sum_j P_{ij} W h_j + b`, the same in full-graph layers and in a batch's, whose inputs hold each
+    \(\sum_j P_{ij} W h_j + b\), the same in full-graph layers and in a batch's, whose inputs hold each
     query's k rows. With k at least every row's support it is the K steps over all the graph's edges exactly;
     sampling does not touch it. `steps` and `teleport` then describe the rows, which the train stage computes.
 

@@ -14,10 +14,11 @@ class GATv2Branch(nn.Module):
     r"""PyG's `GATv2Conv` (heads concatenated) as the GraphGPS local branch, over N(i) and i itself among the
     input graph's own edges a layer keeps.
 
-    .. math::
-        h'_i = \big\Vert_{k=1}^{H} \sum_{j \in N(i) \cup \{i\}} \alpha^k_{ij} W^k_l h_j + b, \quad
-        \alpha^k_{ij} = \mathrm{softmax}_j\big(a^{k\top} \mathrm{LeakyReLU}_{0.2}(W^k_l h_j + W^k_r h_i
-        + W^k_e f_{ji})\big)
+    \[
+    h'_i = \big\Vert_{k=1}^{H} \sum_{j \in N(i) \cup \{i\}} \alpha^k_{ij} W^k_l h_j + b, \quad
+    \alpha^k_{ij} = \mathrm{softmax}_j\big(a^{k\top} \mathrm{LeakyReLU}_{0.2}(W^k_l h_j + W^k_r h_i
+    + W^k_e f_{ji})\big)
+    \]
 
     With `edge_feature_dim` Fe > 0 it is `GATv2Conv(edge_dim=Fe)`: W_e f_ji joins the scores inside the
     LeakyReLU, and i's own edge takes the mean of its kept graph edges' features (PyG's self-loops,

@@ -12,10 +12,11 @@ from sgt_core.models.local.messages import gcn_weights, graph_edges, query_rows,
 class GCNBranch(nn.Module):
     r"""PyG's `GCNConv` as the GraphGPS local branch, over the input graph's own edges a layer keeps.
 
-    .. math::
-        h'_i = \sum_{j \in N(i) \cup \{i\}} \frac{1}{\sqrt{\hat d_i \hat d_j}} W h_j + b
+    \[
+    h'_i = \sum_{j \in N(i) \cup \{i\}} \frac{1}{\sqrt{\hat d_i \hat d_j}} W h_j + b
+    \]
 
-    with :math:`\hat d = n + 1` from the real graph degrees n (`GCNConv` with self-loops): the sampled sum
+    with \(\hat d = n + 1\) from the real graph degrees n (`GCNConv` with self-loops): the sampled sum
     needs every source's degree, which only the whole graph knows. When sampling keeps s_i of node i's
     n_i graph neighbours the neighbour sum is rescaled by n_i / s_i, an unbiased estimate of the full sum
     whenever the kept ones are a uniform choice and s_i > 0 (with s_i = 0 the branch adds nothing but the

@@ -12,8 +12,9 @@ from sgt_core.layers import FullLayer, SampledLayer
 class GINEBranch(nn.Module):
     r"""The local branch GraphGPS and Exphormer pair with attention on molecules: PyG's `GINEConv`
 
-    .. math::
-        h'_i = \mathrm{MLP}\Big((1 + \epsilon)\, h_i + \frac{n_i}{s_i}\sum_{j \in N_s(i)} \mathrm{ReLU}(h_j + e_{ji})\Big)
+    \[
+    h'_i = \mathrm{MLP}\Big((1 + \epsilon)\, h_i + \frac{n_i}{s_i}\sum_{j \in N_s(i)} \mathrm{ReLU}(h_j + e_{ji})\Big)
+    \]
 
     over the input graph's own edges among those the layer keeps (`graph_edges`' rule: the slots of the
     `graph` type in a `SampledLayer`, every graph edge in a `FullLayer`). e_ji is the learned

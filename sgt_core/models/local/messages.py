@@ -33,7 +33,7 @@ def gcn_weights(graph_degree: Tensor, rows: Tensor, source: Tensor, target: Tens
                 dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     r"""GCN's normalisation of the kept graph edges with the sampled sum's correction, and of the self-loops.
 
-    Edge j -> i weighs :math:`\frac{n_i}{s_i} \frac{1}{\sqrt{\hat d_i \hat d_j}}`, :math:`\hat d = n + 1` from
+    Edge j -> i weighs \(\frac{n_i}{s_i} \frac{1}{\sqrt{\hat d_i \hat d_j}}\), \(\hat d = n + 1\) from
     the real graph degrees n (s_i of i's n_i neighbours kept; `GCNConv` with self-loops where all are).
 
     Shapes:

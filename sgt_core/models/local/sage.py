@@ -13,8 +13,9 @@ SAGE_AGGREGATIONS: tuple[str, ...] = ("mean", "sum")
 class SAGEBranch(nn.Module):
     r"""PyG's `SAGEConv` as the GraphGPS local branch, over the input graph's own edges a layer keeps.
 
-    .. math::
-        h'_i = W_1 h_i + W_2\, \mathrm{agg}_{j \in N(i)} h_j
+    \[
+    h'_i = W_1 h_i + W_2\, \mathrm{agg}_{j \in N(i)} h_j
+    \]
 
     agg `mean` or `sum`; a sum counts neighbours, which a mean and attention's softmax cannot. When
     sampling keeps s_i of node i's n_i graph neighbours, the sum is rescaled by n_i / s_i (n_i times the

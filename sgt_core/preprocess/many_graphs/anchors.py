@@ -19,9 +19,13 @@ class ReceptiveFields:
 
     Attributes:
         anchors: int64 [A] anchor ids, graph by graph, each graph's in the greedy selection order.
-        anchor_src, anchor_dst, anchor_spd: int64 [E_a] anchor edges (src an anchor of dst's graph) and the
-            SPD bucket of each (2..max_spd, max_spd also standing for farther or unreachable).
-        khop_src, khop_dst, khop_spd: int64 [E_k] k-hop edges (2 <= SPD <= k, src not an anchor).
+        anchor_src: int64 [E_a] the anchor edges' sources (an anchor of dst's graph).
+        anchor_dst: int64 [E_a] the anchor edges' destinations.
+        anchor_spd: int64 [E_a] the SPD bucket of each anchor edge (2..max_spd, max_spd also standing for
+            farther or unreachable).
+        khop_src: int64 [E_k] the k-hop edges' sources (2 <= SPD <= k, src not an anchor).
+        khop_dst: int64 [E_k] the k-hop edges' destinations.
+        khop_spd: int64 [E_k] the SPD of each k-hop edge.
         stats: `receptive_field_edges`'s counts, summed over graphs.
     """
 
@@ -60,7 +64,9 @@ def receptive_fields_per_graph(
     Args:
         graphs: the union's graphs.
         k: hop radius of the dominating set and of the k-hop edges (k < max_spd).
-        max_khop_per_node, max_anchors_per_node, max_spd: as `receptive_field_edges`'s.
+        max_khop_per_node: as `receptive_field_edges`'s.
+        max_anchors_per_node: as `receptive_field_edges`'s.
+        max_spd: as `receptive_field_edges`'s.
         generator: the only source of randomness (greedy ties, cap ties).
     """
     parts: dict[str, list[np.ndarray]] = {name: [] for name in (

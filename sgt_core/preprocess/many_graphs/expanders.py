@@ -36,7 +36,9 @@ class UnitExpanders:
     """The expander edges of every unit (graph or component) and how each unit's expander was obtained.
 
     Attributes:
-        src, dst: int64 [E_x] global node ids, every undirected pair in both directions.
+        src: int64 [E_x] global node ids of the expander edges' sources, every undirected pair in both
+            directions.
+        dst: int64 [E_x] global node ids of their destinations.
         degree: int64 [U] the even degree each unit's expander has; 0 for a unit that got the complete graph
             minus its own edges (`complete`) or no expander at all.
         complete: bool [U] the unit got the complete graph minus its own edges (too small or too dense for a
@@ -113,7 +115,9 @@ def expanders_per_unit(
         edge_index: int [2, E] global edges, both directions, never joining two units; no self-loops.
         degree: the even degree d wanted.
         generator: the only source of randomness.
-        ramanujan_slack, max_tries, spectral_check_steps: as `hamiltonian_expander`'s.
+        ramanujan_slack: as `hamiltonian_expander`'s.
+        max_tries: as `hamiltonian_expander`'s.
+        spectral_check_steps: as `hamiltonian_expander`'s.
     """
     sizes = np.diff(unit_ptr)  # [U]
     num_units = sizes.size

@@ -94,7 +94,8 @@ def match_substructures_per_graph(
         graphs: the union's graphs.
         types: type name -> cap per graph (0 or absent: off; None: all).
         generator: the only source of randomness.
-        hop2_max_size, walk_length: as `match_substructures`'s.
+        hop2_max_size: as `match_substructures`'s.
+        walk_length: as `match_substructures`'s.
 
     Returns:
         (instances ordered by type id, then graph; int64 [S] the graph of each).

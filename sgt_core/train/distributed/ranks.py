@@ -42,7 +42,8 @@ class Ranks:
     """This process's place among the ranks, and what training does differently there.
 
     Attributes:
-        rank, world: this rank and the number of ranks.
+        rank: this rank.
+        world: the number of ranks.
         seed: the run's seed, from which every epoch's streams are derived.
         batch_size: the global batch B of target nodes, shared out among the ranks.
         network: the DistributedDataParallel wrapper of the model, after `attach`.
