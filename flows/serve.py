@@ -53,16 +53,25 @@ def mlflow_summary(result: dict) -> str:
 def serve(overrides: list[str] | None = None, pools: bool = False) -> None:
     """Registers the deployments on the Prefect API and runs the pipeline's flow runs until Ctrl-C.
 
-    `flow.serve` polls the API itself, so the pipeline needs no work pool or worker. The stage deployments
-    (`sgt-stage/<stage>@<pool>`, pools from `orchestration=pools` and `overrides`) are registered too, for
-    runs with `orchestration=pools`; workers on those pools (`sgt workers`) run them. With `pools`, the
-    pipeline deployment's `overrides` parameter defaults to `orchestration=pools` and `overrides`, so that
-    runs started from the UI send their stages to those pools unless the user changes it.
-    """
-    from flows.pools import register_stage_deployments, stage_pools
-    from sgt_core.config import compose_config
+    `flow.serve` polls the API itself, so the pipeline needs no work pool or worker. With `pools`, the stage
+    deployments (`sgt-stage/<stage>@<pool>`, pools from `orchestration=pools` and `overrides`) are registered
+    too, and the pipeline deployment's `overrides` parameter defaults to `orchestration=pools` and
+    `overrides`, so that runs started from the UI send their stages to those pools unless the user changes
+    it; workers on those pools (`sgt workers`) run them. Without it, no stage deployment is registered: one
+    no worker serves shows as Not Ready in the UI, and a run with `orchestration=pools` registers its own.
 
-    for name in register_stage_deployments(stage_pools(compose_config(["orchestration=pools", *(overrides or [])]))):
-        print(f"registered the stage deployment {name}", flush=True)
+    Raises:
+        SGTError: `overrides` without `pools`, where they would choose nothing.
+    """
+    if overrides and not pools:
+        raise SGTError(f"sgt serve {' '.join(overrides)}: the overrides choose the stages' pools and the UI "
+                       "runs' defaults, which need --pools (sgt serve --pools ...)")
+    if pools:
+        from flows.pools import register_stage_deployments, stage_pools
+        from sgt_core.config import compose_config
+
+        cfg = compose_config(["orchestration=pools", *(overrides or [])])
+        for name in register_stage_deployments(stage_pools(cfg)):
+            print(f"registered the stage deployment {name}", flush=True)
     defaults = {"overrides": ["orchestration=pools", *(overrides or [])]} if pools else None
     sgt_run.serve(name=DEPLOYMENT_NAME, tags=["sgt"], parameters=defaults)

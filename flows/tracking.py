@@ -36,6 +36,11 @@ log = logging.getLogger("sgt")
 _BATCH = 100  # MLflow accepts at most 100 params per log_batch call
 PLOTS_DIR = "plots"  # artifact folder of a run's figures
 WORKER_TAG = "sgt.worker"  # where a stage ran: `<pool>@<host>` on a work pool, `local@<host>` in the flow
+# MLflow's marker of an experiment's type (its UI writes it when one picks the type, its GenAI demo writes
+# genai_development): SGT's experiments hold model-training runs. MLflow 3.17's UI opens an experiment by its
+# own GenAI / Model training switch rather than by this tag (docs/operations/dashboards.md).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
 
 
 def flatten(value, prefix: str = "") -> dict[str, str]:
@@ -116,12 +121,17 @@ class Tracker:
             if experiment is None:
                 try:
                     self.experiment_id = self.client.create_experiment(
-                        name, artifact_location=_run_artifact_location(cfg, uri)
+                        name, artifact_location=_run_artifact_location(cfg, uri),
+                        tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING},
                     )
                 except MlflowException:  # another process created it first (a tracking server)
-                    self.experiment_id = self.client.get_experiment_by_name(name).experiment_id
-            else:
+                    experiment = self.client.get_experiment_by_name(name)
+            if experiment is not None:
                 self.experiment_id = experiment.experiment_id
+                # An experiment from before SGT set the kind (or made by hand) gets it; a kind someone chose
+                # in the UI stays.
+                if EXPERIMENT_KIND_TAG not in experiment.tags:
+                    self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
         self.closed_runs = self.close_orphaned_runs() if close_orphans else {}
         self._background: ThreadPoolExecutor | None = None
         self._queued: list[Future] = []

@@ -39,10 +39,11 @@ def ui_commands(prefect_port: int, mlflow_port: int, tracking_uri: str) -> dict[
     return {
         "prefect": [str(bin_dir / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(prefect_port)],
         # One worker: a local dashboard needs no more, and mlflow's default of 4 crowds a small machine;
-        # warnings only, else every request of the browser is logged.
+        # warnings only, else every request of the browser is logged. The app `sgt` is MLflow's own, opening
+        # experiments on their runs table (flows/mlflow_app.py).
         "mlflow": [str(bin_dir / "mlflow"), "ui", "--backend-store-uri", tracking_uri,
                    "--host", "127.0.0.1", "--port", str(mlflow_port), "--workers", "1",
-                   "--uvicorn-opts", "--log-level warning"],
+                   "--app-name", "sgt", "--uvicorn-opts", "--log-level warning"],
     }
 
 

@@ -21,14 +21,14 @@ Ctrl-C stops both. Examples:
 SERVE_HELP = """\
 Registers the pipeline as the Prefect deployment sgt-run/sgt, with the parameters dataset, preset and
 overrides (Hydra overrides as for `sgt run`), and runs the flow runs started from the Prefect UI or with
-`prefect deployment run sgt-run/sgt` until Ctrl-C. Also registers the stage deployments
+`prefect deployment run sgt-run/sgt` until Ctrl-C. With --pools, also registers the stage deployments
 sgt-stage/<stage>@<pool> that runs with orchestration=pools send each stage to (pools from
-conf/orchestration/pools.yaml and the overrides; `sgt workers` runs them). Needs a Prefect server
-(`make ui`). Examples:
+conf/orchestration/pools.yaml and the overrides; `sgt workers` runs them, and they show Not Ready until
+one does), and UI runs default to orchestration=pools. Needs a Prefect server (`make ui`). Examples:
   sgt serve                                 # the server of `make ui`, or $PREFECT_API_URL
   sgt serve --api-url http://127.0.0.1:4300/api
-  sgt serve orchestration.pools.train=gpu-a100   # train's deployment on another pool
-  sgt serve --pools orchestration.pools.train=sgt-cpu   # UI runs default to pools, train on sgt-cpu
+  sgt serve --pools                         # stage deployments on sgt-cpu and sgt-gpu, UI runs use them
+  sgt serve --pools orchestration.pools.train=sgt-cpu   # ... with train on sgt-cpu
 """
 
 
@@ -75,7 +75,8 @@ def add_serve_parser(commands) -> None:
     serve.add_argument("--api-url", help="Prefect API (default $PREFECT_API_URL, else http://127.0.0.1:4200/api)")
     serve.add_argument("--pools", action="store_true",
                        help="runs started from the UI default to orchestration=pools (and the overrides)")
-    serve.add_argument("overrides", nargs="*", help="Hydra overrides choosing the stages' pools (orchestration.pools.*)")
+    serve.add_argument("overrides", nargs="*",
+                       help="with --pools: Hydra overrides choosing the stages' pools (orchestration.pools.*)")
     serve.set_defaults(handler=lambda args: command_serve(args.api_url, args.overrides, args.pools))
 
 

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from flows.memory import MemorySampler
-from flows.tracking import Tracker
+from flows.tracking import EXPERIMENT_KIND_TAG, MODEL_TRAINING, Tracker
 from sgt_core.estimate.outputs import ESTIMATOR_FILE
 from sgt_core.export.outputs import SCORES_DIR
 from sgt_core.pipeline import STAGE_BY_NAME, StageResult
@@ -34,6 +34,26 @@ def test_a_stage_result_resolves_the_files_its_stage_declares(tmp_path):
 def tracker_and_run(tmp_path) -> tuple[Tracker, str]:
     tracker = Tracker({"paths": {"artifacts": str(tmp_path)}, "mlflow": {"tracking_uri": None, "experiment": "t"}})
     return tracker, tracker.start_stage("", "train", "k", False, {})
+
+
+def test_the_experiments_runs_go_to_are_marked_model_training(tmp_path):
+    """A new experiment carries MLflow's model-training kind; one without a kind (made by hand, or before SGT set
+    it) gets it when a run reuses it; a kind chosen since in the UI stays."""
+
+    def tracker(experiment: str) -> Tracker:
+        return Tracker({"paths": {"artifacts": str(tmp_path)}, "mlflow": {"tracking_uri": None, "experiment": experiment}})
+
+    def kind(experiment_id: str) -> str | None:
+        return client.get_experiment(experiment_id).tags.get(EXPERIMENT_KIND_TAG)
+
+    new = tracker("new")
+    client = new.client  # the sqlite store under tmp_path
+    assert kind(new.experiment_id) == MODEL_TRAINING
+    older = client.create_experiment("older")
+    assert kind(older) is None
+    assert tracker("older").experiment_id == older and kind(older) == MODEL_TRAINING
+    chosen = client.create_experiment("chosen", tags={EXPERIMENT_KIND_TAG: "genai_development"})
+    assert tracker("chosen").experiment_id == chosen and kind(chosen) == "genai_development"
 
 
 def test_queued_logging_runs_off_the_callers_thread_and_its_errors_surface_at_the_flush(tracker_and_run):

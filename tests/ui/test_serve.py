@@ -7,7 +7,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from flows.cli import main
-from flows.serve import hydra_overrides
+from flows.serve import DEPLOYMENT_NAME, hydra_overrides, sgt_run
 from sgt_core.config import STAGE_NAMES, compose_config
 from tests.ui.conftest import free_port
 
@@ -64,3 +64,18 @@ def test_invalid_parameters_fail_with_the_clis_error(ui_stack, capsys):
     assert flow_run.state.message == cli_error
     assert cli_error.startswith("error: ") and "'nope'" in cli_error
     assert len(pipeline_runs(ui_stack.tracking_uri)) == before  # nothing recorded
+
+
+@pytest.mark.server
+def test_serve_without_pools_registers_no_stage_deployment(ui_stack, monkeypatch, capsys):
+    """Stage deployments that no worker serves show as Not Ready in the UI: `sgt serve` registers them only
+    with --pools."""
+    deployments = httpx.post(f"{ui_stack.api_url}/deployments/filter", json={}).json()
+    assert [d["name"] for d in deployments] == [DEPLOYMENT_NAME]
+    flow = httpx.get(f"{ui_stack.api_url}/flows/{deployments[0]['flow_id']}").json()
+    assert flow["name"] == sgt_run.name
+    monkeypatch.setenv("PREFECT_API_URL", ui_stack.api_url)  # restored afterwards; `sgt serve` sets it
+    assert main(["serve", "--api-url", ui_stack.api_url, "orchestration.pools.train=sgt-cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: sgt serve orchestration.pools.train=sgt-cpu: ") and "--pools" in err
+    assert len(httpx.post(f"{ui_stack.api_url}/deployments/filter", json={}).json()) == 1
