@@ -1,7 +1,8 @@
 """The one-graph interaction graphs whose bits must never change, and their checksums.
 
 `CHECKSUMS_FILE` holds the checksums the builder gave before the interaction graph's components learned
-to work per graph (issue 48), computed by `python -m tests.preprocess.one_graph_cases` on that code; the
+to work per graph (issue 48), computed by `python -m tests.preprocess.one_graph_cases` on that code (and
+again, on code giving the same bits, when floats came to be compared to `DECIMALS`); the
 test (`test_builder_one_graph_unchanged.py`) rebuilds every case and compares. Regenerate it only for an intended
 change of the one-graph output, and say so in the commit.
 
@@ -133,7 +134,25 @@ def cases() -> dict:
     return built
 
 
+# Floats are compared to this many decimals: LAPACK's last bits differ between CPUs (MKL takes other kernels on
+# Intel and AMD), so a Laplacian's zero eigenvalue is 1e-16 on one and 2e-16 on another, and the expander's
+# second eigenvalue differs in its 16th digit. Any change of the builder's own is far larger.
+DECIMALS = 6
+
+
+def _rounded(value):
+    """Floats (tensors, scalars, in dicts) rounded to DECIMALS, -0.0 as 0.0; everything else as it is."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return torch.round(value.double(), decimals=DECIMALS).to(value.dtype) + 0.0
+    if isinstance(value, float):
+        return round(value, DECIMALS) + 0.0
+    if isinstance(value, dict):
+        return {key: _rounded(item) for key, item in value.items()}
+    return value
+
+
 def _digest(value) -> str:
+    value = _rounded(value)
     if isinstance(value, torch.Tensor):
         value = value.contiguous()
         payload = f"{value.dtype}{tuple(value.shape)}".encode() + value.numpy().tobytes()
@@ -143,7 +162,8 @@ def _digest(value) -> str:
 
 
 def checksums(interaction_graph: InteractionGraph) -> dict[str, str]:
-    """One digest per field (dtype, shape and bytes of tensors); the stats without their timings."""
+    """One digest per field (dtype, shape and bytes of tensors, floats to DECIMALS); the stats without their
+    timings."""
     fields = {name: getattr(interaction_graph, name) for name in interaction_graph.__dataclass_fields__}
     fields["stats"] = {key: value for key, value in fields["stats"].items() if not key.startswith("seconds_")}
     return {name: _digest(value) for name, value in fields.items()}
