@@ -63,7 +63,7 @@ TARGETS: dict[str, float] = {
     "tu_mutag": 89.4, "tu_proteins": 76.2, "tu_nci1": 82.7,
 }
 
-# The ablations' published directions (issue 50), printed under the ablation table.
+# The ablations' published directions, printed under the ablation table.
 ABLATION_REFERENCES = [
     "DeepGraph, Table 2 (12 layers): removing the substructure encoding, ZINC MAE 0.078 → 0.085",
     "SAN, Figure 3 / section 5: full attention against sparse (graph edges only), ZINC MAE 0.139 against 0.198",

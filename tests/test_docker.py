@@ -135,7 +135,8 @@ def service_running(services: dict, program: list[str]) -> str:
 def test_the_services_the_docs_start_exist(services):
     """`docker compose up` starts what the containers page says it does; the GPU profile adds the workers it names."""
     section = containers_page()
-    started = re.search(r"docker compose -f docker/compose.yaml up --build\s+#\s*(.+)", section).group(1)
+    # The services are the comment on the line above the command (code-block lines fit the site's width).
+    started = re.search(r"#\s*(.+)\ndocker compose -f docker/compose.yaml up --build\n", section).group(1)
     default = {name for name, service in services.items() if "profiles" not in service}
     assert default == {name.strip() for name in started.split(",")}
     gpu = {name for name, service in services.items() if "gpu" in service.get("profiles", [])}
