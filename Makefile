@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 KERNELS := $(VENV)/.kernels
 ARGS ?=
 
-.PHONY: setup run test test-all test-slow test-gpu test-ui ui bench bench-graphs gps-zinc bench-scale scores lint lint-docker docs clean
+.PHONY: setup run test test-all test-slow test-gpu test-ui ui bench bench-graphs bench-step gps-zinc bench-scale scores lint lint-docker docs clean
 
 setup: $(STAMP) $(KERNELS)
 
@@ -28,9 +28,10 @@ $(KERNELS): $(STAMP) $(wildcard sgt_core/kernels/*.cpp sgt_core/kernels/*.h)
 run: setup
 	$(BIN)/sgt run $(ARGS)
 
-# The quick default (what CI runs, .ci/run): unit and stage tests, one real Prefect end-to-end flow, stages on
-# their work pools, the object store and DDP. `make test-all` adds the tests marked e2e and server (further whole
-# pipeline runs, real `sgt ui` / `sgt serve` servers) and the real-data ones (slow); not the browser (test-ui).
+# The quick default (what CI runs first, .ci/run, then test-ui): unit and stage tests, one real Prefect end-to-end flow, stages on
+# their work pools, the object store and DDP. `make test-all` runs every test but the browser's (ui, `make
+# test-ui`) and the benchmarks (bench): it adds those marked e2e (further whole-pipeline runs), server (real
+# `sgt ui` / `sgt serve` servers), slow (real data) and gpu (which skip without CUDA).
 # Both run in TEST_WORKERS pytest processes (pytest-xdist), a test file to a process so that a file's fixtures
 # start once: much of the suite waits on the processes and servers it starts, so two workers keep two cores
 # busy. The workers' torch threads then outnumber the cores, hence OMP_WAIT_POLICY=PASSIVE (spinning OpenMP
@@ -52,12 +53,14 @@ test-gpu: setup
 	$(BIN)/pytest -m gpu
 
 # `sgt serve` against real servers and headless Chromium over both UIs (a few minutes; screenshots in
-# artifacts/ui/). Playwright comes from the [ui] extra and drives Debian's chromium, never a downloaded one.
+# artifacts/ui/). Playwright comes from the [ui] extra and drives Debian's chromium, never a downloaded one:
+# $CHROMIUM, else chromium on the PATH, installed from the Debian packages when missing (as root or by sudo;
+# tests/ui/chromium.py, the lookup the tests make too). Without one the browser tests skip, saying why; with
+# CHROMIUM set, as .ci/run sets it, they fail instead.
 test-ui: setup
 	$(BIN)/python -m pip install --quiet -e '.[ui]'
-	@test -x /usr/bin/chromium || apt-get install -y chromium chromium-driver || \
-		echo "no chromium: sudo apt-get install chromium chromium-driver (the browser tests skip without it)"
-	$(BIN)/pytest -m ui
+	$(BIN)/python -m tests.ui.chromium --install || true
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/pytest -m ui
 
 # The Prefect server and the MLflow UI on 127.0.0.1 until Ctrl-C: `make ui PREFECT_PORT=4300 MLFLOW_PORT=5050`.
 PREFECT_PORT ?= 4200
@@ -67,13 +70,21 @@ ui: setup
 
 # Benchmarks on ../shared/datasets: writes artifacts/bench/results.md and results.csv (hours for all of it;
 # narrow it with BENCH_ARGS="--datasets minesweeper --variants spexphormer uniform --seeds 5").
-# Then the graph-level table (`make bench-graphs`) into the same folder and cache; `make bench GRAPH_BENCH=0`
-# leaves it out.
+# Then the graph-level table (`make bench-graphs`) and the graph-level step profile (`make bench-step`) into
+# the same folder and cache; `make bench GRAPH_BENCH=0` leaves both out.
 BENCH_ARGS ?=
 GRAPH_BENCH ?= 1
 bench: setup
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 	if [ "$(GRAPH_BENCH)" = 1 ]; then $(BIN)/python -m benchmarks.graph_level $(GRAPH_BENCH_ARGS); fi
+	if [ "$(GRAPH_BENCH)" = 1 ]; then $(BIN)/python -m benchmarks.graph_step $(STEP_ARGS); fi
+
+# An epoch of each graph-level preset by part (dense layers, attention edge work, sampling, the optimiser,
+# evaluation, time between ops, ...) beside its floor: artifacts/bench/graph_step.md and .json. Narrow it:
+# STEP_ARGS="--presets zinc_cpu --profile-batches 12".
+STEP_ARGS ?=
+bench-step: setup
+	$(BIN)/python -m benchmarks.graph_step $(STEP_ARGS)
 
 # Graph-level presets beside the papers, the component ablations and the sampling variants on ZINC and CLUSTER:
 # artifacts/bench/graph_level.md and .csv (the _cpu presets, 4 seeds, 10 folds on TU: many hours on 2 cores).
