@@ -105,6 +105,17 @@ def _module_region(module: nn.Module, region: str) -> list:
     return [module.register_forward_pre_hook(enter), module.register_forward_hook(leave)]
 
 
+class _Wrapped:
+    """`module.name` replaced by a traced version until `remove()` (a hook handle's interface)."""
+
+    def __init__(self, module: nn.Module, name: str, region: str) -> None:
+        self.module, self.name = module, name
+        object.__setattr__(module, name, _in_region(getattr(module, name), region))
+
+    def remove(self) -> None:
+        object.__delattr__(self.module, self.name)
+
+
 def instrument(training: GraphSetTraining) -> list:
     """Wraps the step's parts in regions; returns the hook handles (remove them to end it)."""
     training.sampler = _Traced(training.sampler, ("closed_batch",), SAMPLING)
@@ -116,6 +127,8 @@ def instrument(training: GraphSetTraining) -> list:
     handles = []
     for layer in training.model.layers:
         handles += _module_region(layer.attention, ATTENTION)
+        # sampler=full calls the attention's forward_full, which no forward hook sees
+        handles.append(_Wrapped(layer.attention, "forward_full", ATTENTION))
         if layer.local is not None:
             handles += _module_region(layer.local, LOCAL)
     for module in (training.model.readout, training.model.head):

@@ -49,6 +49,15 @@ def test_the_parts_add_up_to_the_profiled_wall_time_and_the_census_is_the_networ
     assert batch_rows <= rows_per_batch  # the layers' products run on the batch's nodes
 
 
+def test_full_attention_counts_as_attention():
+    training = toy_training()
+    training.sampler.method = "full"  # every edge: the attention's forward_full, which forward hooks miss
+    batches = training.epoch_batches(torch.arange(training.batches.num_graphs))[:2]
+    profile = profile_batches(training, batches)
+    assert profile.parts.get("attention edge work", 0.0) > 0, profile.parts
+    assert "forward_full" not in vars(training.model.layers[0].attention)  # the wrapper is gone afterwards
+
+
 def test_the_regions_change_nothing_the_step_computes():
     plain, traced = toy_training(), toy_training()
     traced.model.load_state_dict(plain.model.state_dict())
