@@ -235,3 +235,13 @@ def test_a_fold_sweep_reports_mean_and_std_over_the_folds(capsys):
     assert "summary over seeds and folds (mean ± std):" in out
     assert "dataset.path=tu/MUTAG  [3 runs]\n    test_accuracy = 0.9000 ± 0.1000" in out
     assert "dataset.path=tu/NCI1  [1 runs]" in out
+
+
+def test_the_configuration_check_knows_the_loaders_defaults():
+    import inspect
+
+    from sgt_core.config.dataset import TU_SPLIT_DEFAULTS
+    from sgt_core.data.tu import load_tu
+
+    defaults = {name: parameter.default for name, parameter in inspect.signature(load_tu).parameters.items()}
+    assert {name: defaults[name] for name in TU_SPLIT_DEFAULTS} == TU_SPLIT_DEFAULTS
