@@ -68,6 +68,11 @@ class PrefectServer:
         self._lock = threading.Lock()
         self._stopped = False
         self._error: SGTError | None = None
+        # Prefect's settings are imported here, on the caller's thread, before the choosing thread starts:
+        # the caller imports Prefect's engine meanwhile, and two threads importing Prefect at once can meet in
+        # its circular imports, which Python ends with a _DeadlockError in one of them (it failed a run of
+        # the test suite once). Importing is serial anyway (one import lock per module, one GIL).
+        import prefect.settings  # noqa: F401
         self._thread = threading.Thread(target=self._choose, args=(policy, found), name="sgt-prefect-server",
                                         daemon=True)
         self._thread.start()
