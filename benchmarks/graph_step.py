@@ -45,6 +45,7 @@ from benchmarks.run import cpu_model, open_benchmark_store, run_stage
 from sgt_core.artifacts import atomic_path
 from sgt_core.config import compose_config
 from sgt_core.pipeline import STAGES, stage_keys
+from sgt_core.preprocess.interaction_graph import InteractionGraph
 from sgt_core.seeding import seed_everything
 from sgt_core.train.graph_set_training import GraphSetTraining
 from sgt_core.train.stage import _read_inputs
@@ -74,16 +75,11 @@ class _Traced:
 
     def __getattr__(self, name: str):
         value = getattr(self._target, name)
-        if name not in self._names:
-            return value
-
-        def traced(*args, **kwargs):
-            with record_function(self._region):
-                return value(*args, **kwargs)
-        return traced
+        return _in_region(value, self._region) if name in self._names else value
 
 
 def _in_region(function, region: str):
+    """`function`, run inside the profiler region `region`."""
     def traced(*args, **kwargs):
         with record_function(region):
             return function(*args, **kwargs)
@@ -324,19 +320,21 @@ def attention_edges(training: GraphSetTraining, nodes: torch.Tensor) -> list[int
     return [int(in_degree.clamp(max=degree).sum()) for degree in training.sampler.degrees]
 
 
-def prepare(store, preset: str, seed: int) -> tuple[dict, GraphSetTraining, dict]:
-    """The preset's config, its training (the train stage's, on the CPU) and its splits' graphs."""
+def prepare(store, preset: str, seed: int) -> tuple[dict, InteractionGraph, torch.Tensor]:
+    """The preset's config and what its train stage reads: the interaction graph and the scores (their stages
+    run, or found in the cache)."""
     cfg = compose_config([*preset_overrides(preset, seed), f"seed={seed}", "train.device=cpu"])
     keys = stage_keys(cfg)
     for name, stage in zip(STAGE_NAMES[:-1], STAGES[:-1], strict=True):
         run_stage(store, stage, cfg, keys)
     inputs = {name: store.path(name, keys[name]) for name in STAGE_NAMES[:-1]}
+    return cfg, *_read_inputs(cfg, inputs)
+
+
+def new_training(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor) -> GraphSetTraining:
+    """The train stage's training on the CPU, seeded as the stage seeds it: its first epoch's batches alike."""
     seed_everything(cfg["seed"])
-    graph, layer_scores = _read_inputs(cfg, inputs)
-    training = GraphSetTraining.build(cfg, graph, layer_scores, torch.device("cpu"))
-    masks = {split: getattr(graph, f"{split}_mask") for split in ("train", "val", "test")}
-    units = {split: (training.units(mask), mask) for split, mask in masks.items()}
-    return cfg, training, units
+    return GraphSetTraining.build(cfg, graph, layer_scores, torch.device("cpu"))
 
 
 def epoch_seconds(training: GraphSetTraining, units: dict) -> tuple[float, float]:
@@ -369,17 +367,19 @@ def profile_batches(training: GraphSetTraining, batches: list[torch.Tensor]) -> 
 
 def measure(store, preset: str, seed: int, profile_count: int, repeats: int) -> dict:
     """One preset's row: the epoch, its parts and its floor."""
-    cfg, training, units = prepare(store, preset, seed)
+    cfg, graph, layer_scores = prepare(store, preset, seed)
+    training = new_training(cfg, graph, layer_scores)
+    masks = {split: getattr(graph, f"{split}_mask") for split in ("train", "val", "test")}
+    units = {split: (training.units(mask), mask) for split, mask in masks.items()}
     train_graphs = units["train"][0]
     eval_graphs = torch.cat([units["val"][0], units["test"][0]])
-    batches = training.epoch_batches(train_graphs)
-    epoch_batches = len(batches)
     training.train_epoch(train_graphs[: 2 * (training.batch_size or 1)])  # warm-up, not timed
     train_s, eval_s = epoch_seconds(training, units)
 
     # The profile: a fresh training of the same config, so its batches are the epoch's first ones.
-    _cfg, profiled_training, _units = prepare(store, preset, seed)
-    profiled = profiled_training.epoch_batches(train_graphs)[:profile_count]
+    profiled_training = new_training(cfg, graph, layer_scores)
+    all_batches = profiled_training.epoch_batches(train_graphs)
+    profiled = all_batches[:profile_count]
     profile = profile_batches(profiled_training, profiled)
     share = train_s / profile.wall  # the profiled batches -> the epoch's training time
     parts = {part: seconds * share for part, seconds in profile.parts.items()}
@@ -400,12 +400,13 @@ def measure(store, preset: str, seed: int, profile_count: int, repeats: int) -> 
     eval_nodes = training.batches.in_graph_order(eval_graphs)
     profiled_rows = sum(nodes.numel() for nodes in batches_nodes)
     profiled_edge_count = sum(e for _, e in profiled_edges)
-    train_edges = sum(attention_edges(training, torch.sort(train_nodes).values))
-    eval_edges = sum(attention_edges(training, torch.sort(eval_nodes).values))
-    floor_train = (dense_both * train_nodes.numel() / profiled_rows
-                   + gather_both * train_edges / profiled_edge_count)
-    floor_eval = (dense_forward * eval_nodes.numel() / profiled_rows
-                  + gather_forward * eval_edges / profiled_edge_count)
+    train_edges = sum(attention_edges(training, train_nodes))  # a count per node: their order does not matter
+    eval_edges = sum(attention_edges(training, eval_nodes))
+    # Scaled from the profiled batches to the epoch: dense work by rows, gathers by attention edges.
+    dense_train = dense_both * train_nodes.numel() / profiled_rows
+    dense_eval = dense_forward * eval_nodes.numel() / profiled_rows
+    floor_train = dense_train + gather_both * train_edges / profiled_edge_count
+    floor_eval = dense_eval + gather_forward * eval_edges / profiled_edge_count
     layers = len(training.sampler.degrees)
     epoch = train_s + eval_s
     floor = floor_train + floor_eval
@@ -414,13 +415,12 @@ def measure(store, preset: str, seed: int, profile_count: int, repeats: int) -> 
     return {
         "preset": preset, "seed": seed, "threads": torch.get_num_threads(),
         "network": f"{layers} x {width}", "sampler": cfg["sampler"]["method"], "batch_size": training.batch_size,
-        "batches": epoch_batches, "profiled_batches": len(profiled),
+        "batches": len(all_batches), "profiled_batches": len(profiled),
         "train_nodes": train_nodes.numel(), "eval_nodes": eval_nodes.numel(),
         "attention_edge_layers": edge_layers,
         "epoch_s": epoch, "train_s": train_s, "eval_s": eval_s, "parts_s": parts, "heaviest_ops_s": heaviest,
         "floor_s": floor, "floor_train_s": floor_train, "floor_eval_s": floor_eval,
-        "floor_dense_share": (dense_both * train_nodes.numel() / profiled_rows
-                              + dense_forward * eval_nodes.numel() / profiled_rows) / floor,
+        "floor_dense_share": (dense_train + dense_eval) / floor,
         "ns_per_node_layer": 1e9 * epoch / node_layers, "floor_ns_per_node_layer": 1e9 * floor / node_layers,
         "ns_per_edge_layer": 1e9 * epoch / edge_layers, "floor_ns_per_edge_layer": 1e9 * floor / edge_layers,
         "ratio": epoch / floor, "eval_share": eval_s / epoch,
@@ -476,7 +476,7 @@ def main(argv: list[str] | None = None) -> None:
     folder, store = open_benchmark_store(args.out, "the graph-level step benchmark")
     if args.prepare_only:
         for preset in args.presets:
-            prepare(store, preset, args.seed)
+            prepare(store, preset, args.seed)  # runs the stages; what it reads back is dropped
             print(f"{preset}: stages ready in {store.location()}", flush=True)
         return
     rows = []

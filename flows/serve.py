@@ -66,12 +66,13 @@ def serve(overrides: list[str] | None = None, pools: bool = False) -> None:
     if overrides and not pools:
         raise SGTError(f"sgt serve {' '.join(overrides)}: the overrides choose the stages' pools and the UI "
                        "runs' defaults, which need --pools (sgt serve --pools ...)")
+    defaults = None
     if pools:
         from flows.pools import register_stage_deployments, stage_pools
         from sgt_core.config import compose_config
 
-        cfg = compose_config(["orchestration=pools", *(overrides or [])])
-        for name in register_stage_deployments(stage_pools(cfg)):
+        pool_overrides = ["orchestration=pools", *(overrides or [])]
+        for name in register_stage_deployments(stage_pools(compose_config(pool_overrides))):
             print(f"registered the stage deployment {name}", flush=True)
-    defaults = {"overrides": ["orchestration=pools", *(overrides or [])]} if pools else None
+        defaults = {"overrides": pool_overrides}
     sgt_run.serve(name=DEPLOYMENT_NAME, tags=["sgt"], parameters=defaults)

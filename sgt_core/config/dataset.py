@@ -10,10 +10,7 @@ checks, so a direct call refuses the same values with the same words.
 
 from __future__ import annotations
 
-import math
-import numbers
-
-from sgt_core.config.section import BOOLEAN, ConfigProblems, Problem
+from sgt_core.config.section import BOOLEAN, ConfigProblems, Problem, is_int, is_number
 
 # The loaders' names, `LOADERS`' keys (a test checks they agree).
 DATASET_NAMES: tuple[str, ...] = ("minesweeper", "npz", "pyg", "long_range", "parquet", "synthetic", "zinc",
@@ -30,16 +27,6 @@ SBM_SPLITS: dict[str, tuple[int, int, int]] = {"sbm_pattern": (10_000, 2_000, 2_
                                                "sbm_cluster": (10_000, 1_000, 1_000)}
 # The TU loader's fold keys and their defaults (`sgt_core.data.tu.load_tu`'s), for a config that omits one.
 TU_SPLIT_DEFAULTS = {"fold": 0, "num_folds": 10, "val_fraction": 0.1, "split_seed": 0, "degree_cap": 64}
-
-
-def is_int(value: object) -> bool:
-    """An integer, NumPy's included (the loaders are called directly too), not a boolean."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def is_number(value: object) -> bool:
-    """A finite real number, NumPy's included, not a boolean."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def smallest_num_graphs(full: tuple[int, int, int]) -> int:

@@ -9,6 +9,7 @@ names the full dotted key (the class's `PATH`), what was expected and what was f
 from __future__ import annotations
 
 import math
+import numbers
 import types
 import typing
 from collections.abc import Callable, Iterable
@@ -32,11 +33,13 @@ class ConfigProblems(ConfigError):
 
 
 def is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """An integer, NumPy's included (the loaders run these checks on values given directly), not a boolean."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite real number, NumPy's included, not a boolean."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def integer(minimum: int) -> Rule:

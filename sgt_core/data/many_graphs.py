@@ -111,7 +111,7 @@ def check_targets(source: str, task: str, y: np.ndarray, count: int, unit: str) 
     return y
 
 
-def check_trainable(source: str, kind: str, y: np.ndarray, train_mask: np.ndarray, unit: str = "graph") -> None:
+def check_trainable(source: str, kind: str, y: np.ndarray, train_mask: np.ndarray, unit: str) -> None:
     """The training split must give something to learn: two classes, a task with both labels, a known value."""
     if kind == "classification":
         check_train_classes(source, y, train_mask, unit)

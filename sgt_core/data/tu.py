@@ -134,16 +134,6 @@ def degree_codes(edge_index: np.ndarray, num_nodes: int, degree_cap: int) -> tup
     return capped[:, None].astype(np.int64), int(capped.max()) + 1
 
 
-def check_split_config(fold: object, num_folds: object, val_fraction: object, split_seed: object,
-                       degree_cap: object) -> None:
-    """Checks the fold protocol's keys, as the typed configuration does (`fold_problems`).
-
-    Raises:
-        ConfigError: Naming the first key out of range.
-    """
-    raise_problems(fold_problems(fold, num_folds, val_fraction, split_seed, degree_cap))
-
-
 def fold_split(labels: np.ndarray, fold: int, num_folds: int, val_fraction: float, split_seed: int,
                source: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Stratified k-fold: fold `fold` tests, a stratified `val_fraction` of the other graphs validates.
@@ -216,7 +206,7 @@ def load_tu(
         DatasetError: Naming the file, the line and the problem: a missing file, a row that does not parse,
             a file of the wrong length, a node in no graph, an edge joining two graphs, a graph with no nodes.
     """
-    check_split_config(fold, num_folds, val_fraction, split_seed, degree_cap)
+    raise_problems(fold_problems(fold, num_folds, val_fraction, split_seed, degree_cap))  # as the config check
     folder = Path(path).expanduser().resolve()
     if not folder.is_dir():
         what = "is a file" if folder.is_file() else "no such folder"
