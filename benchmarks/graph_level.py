@@ -54,6 +54,7 @@ from benchmarks.run import (
 from sgt_core.artifacts import ArtifactStore, atomic_path
 from sgt_core.config import compose_config
 from sgt_core.pipeline import STAGES, stage_keys
+from sgt_core.train.outputs import HISTORY_FILE as TRAIN_HISTORY_FILE
 from sgt_core.train.outputs import MODEL_FILE
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,7 +113,7 @@ ABLATION_DATASETS = ("zinc", "cluster")  # the issue's; --variants runs any vari
 # The preprocess notes that mark a stand-in (sgt_core/data/zinc.py, molecules.py, sbm.py say so themselves).
 STAND_IN_WORDS = ("stand-in", "computed here", "regenerated")
 STAGE_NAMES = [stage.name for stage in STAGES]
-TEXT_COLUMNS = {"preset", "dataset", "variant", "budget", "metric", "device", "stand_in", "notes"}
+TEXT_COLUMNS = {"preset", "dataset", "variant", "budget", "metric", "device", "stand_in", "notes", "val_curve"}
 
 
 def dataset_of(preset: str) -> str:
@@ -158,6 +159,22 @@ def stand_in_notes(preprocess_metrics: dict) -> list[str]:
             if name.startswith("note_") and isinstance(text, str) and any(w in text for w in STAND_IN_WORDS)]
 
 
+def learning_curve(train_dir: Path, metric: str) -> list[float]:
+    """The validation metric at each evaluated epoch of a train stage, from its history.json."""
+    history = json.loads((train_dir / TRAIN_HISTORY_FILE).read_text())
+    return [row[f"val_{metric}"] for row in history if f"val_{metric}" in row]
+
+
+def still_improving(curve: list[float], minimise: bool) -> bool:
+    """Whether the last tenth of the epochs (at least the last two evaluations) holds the best value: the
+    run ended before its curve flattened."""
+    if len(curve) < 2:
+        return False
+    tail = max(2, math.ceil(len(curve) / 10))
+    best_before, best_tail = (min if minimise else max)(curve[:-tail]), (min if minimise else max)(curve[-tail:])
+    return best_tail < best_before if minimise else best_tail > best_before
+
+
 def run_one(store: ArtifactStore, preset: str, variant: str, seed: int, epochs: int | None = None,
             settings: list[str] | None = None) -> dict:
     """One preset x variant x seed through the four stages (cached); its row of graph_level.csv."""
@@ -186,6 +203,8 @@ def run_one(store: ArtifactStore, preset: str, variant: str, seed: int, epochs: 
         # the stage processes inherit this process's environment (OMP_NUM_THREADS), hence its thread count
         "threads": torch.get_num_threads(),
         "stand_in": " | ".join(stand_in_notes(preprocess)),
+        "best_epoch": train.get("best_epoch"),
+        "val_curve": ";".join(f"{value:.4g}" for value in learning_curve(store.path("train", keys["train"]), metric)),
     }
 
 
@@ -338,6 +357,7 @@ def graph_level_report(rows: list[dict], machine: str) -> str:
                    "expander of the largest degree each graph leaves room for); `dense_exphormer` is full "
                    "attention over each graph."), "",
                   *variant_table(groups, SAMPLING, ("reservoir", "preset"), "changed")]
+    lines += learning_curves(rows)
     notes = {}
     for (preset, _variant, _budget), group in groups.items():
         for row in group:
@@ -347,6 +367,28 @@ def graph_level_report(rows: list[dict], machine: str) -> str:
         lines += ["", "## Stand-ins", ""]
         lines += [f"- **{preset}**: {text}" for preset, texts in notes.items() for text in sorted(texts)]
     return "\n".join(lines) + "\n"
+
+
+def learning_curves(rows: list[dict]) -> list[str]:
+    """Each preset row's validation curve at a quarter, half, three quarters and the end of its epochs, and
+    whether it still improved in its last tenth (rows from before curves were recorded are left out)."""
+    lines = []
+    for row in rows:
+        if row["variant"] != "preset" or not row.get("val_curve"):
+            continue
+        curve = [float(value) for value in str(row["val_curve"]).split(";")]
+        spec = DATASETS[row["dataset"]]
+        points = [curve[max(0, math.ceil(len(curve) * q) - 1)] * spec["scale"] for q in (0.25, 0.5, 0.75, 1.0)]
+        lines.append(f"| {row['preset']} | {row['budget']} | {row['seed']} | {row['epochs']} | {row['best_epoch']} | "
+                     + " / ".join(f"{p:.{spec['digits']}f}" for p in points) + " | "
+                     + ("yes" if still_improving(curve, spec["minimise"]) else "no") + " |")
+    if not lines:
+        return []
+    return ["", "## Learning curves", "",
+            ("Validation metric (the papers' unit) at 25 / 50 / 75 / 100% of each run's epochs; 'still improving': "
+             "the best value came in the last tenth of the epochs, so a longer budget would likely help."), "",
+            "| preset | budget | seed | epochs | best epoch | val at 25 / 50 / 75 / 100% | still improving |",
+            "|---|---|---|---|---|---|---|", *lines]
 
 
 def machine_line(rows: list[dict] | None = None) -> str:

@@ -1,7 +1,7 @@
 """Where an epoch of graph-level training goes, part by part, beside its floor: the work it cannot avoid.
 
-    python -m benchmarks.graph_step [--presets zinc zinc_cpu ...] [--profile-batches 24] [--repeats 7]
-                                    [--out DIR] [--prepare-only]
+    python -m benchmarks.graph_step [--presets zinc zinc_cpu ...] [--profile-batches 24] [--rounds 3]
+                                    [--repeats 3] [--out DIR] [--prepare-only]
 
 For each preset (the interaction graph and scores of its preprocess, estimate and export stages, cached in
 `<out>/cache` like `make bench-graphs`), in this one process and on its threads:
@@ -21,6 +21,9 @@ For each preset (the interaction graph and scores of its preprocess, estimate an
   attention edge) and one `index_add_` of messages ([e, D] into n rows), forward and backward for the
   training batches, forward alone for evaluation; scaled to the whole epoch by its rows (dense) and
   attention edges (gathers). Timed in the same process, median of `--repeats`.
+- **Rounds**: the epoch and the floor are timed `--rounds` times, alternating (an epoch, then its floor), so
+  that a slower spell of a shared machine weighs on both; the report keeps the medians, and the ratio is the
+  median of the rounds' ratios, with their range.
 
 It prints and writes (`<out>/graph_step.md`, `graph_step.json`) each preset's seconds per epoch, the parts,
 the floor, ns per node-layer and per edge-layer for both, and the ratio of the epoch to its floor.
@@ -101,21 +104,9 @@ def _module_region(module: nn.Module, region: str) -> list:
     return [module.register_forward_pre_hook(enter), module.register_forward_hook(leave)]
 
 
-class _Wrapped:
-    """`module.name` replaced by a traced version until `remove()` (a hook handle's interface)."""
-
-    def __init__(self, module: nn.Module, name: str, region: str) -> None:
-        self.module, self.name = module, name
-        object.__setattr__(module, name, _in_region(getattr(module, name), region))
-
-    def remove(self) -> None:
-        object.__delattr__(self.module, self.name)
-
-
 def instrument(training: GraphSetTraining) -> list:
     """Wraps the step's parts in regions; returns the hook handles (remove them to end it)."""
-    training.sampler = _Traced(training.sampler, ("closed_batch",), SAMPLING)
-    training._full_layer = _in_region(training._full_layer, SAMPLING)
+    training.sampler = _Traced(training.sampler, ("closed_batch", "closed_whole"), SAMPLING)
     training.batches = _Traced(training.batches, ("nodes", "rows", "in_graph_order"), SAMPLING)
     training.extras = _Traced(training.extras, ("select",), SAMPLING)
     training.optimizer.zero_grad = _in_region(training.optimizer.zero_grad, OPTIMIZER)
@@ -123,8 +114,6 @@ def instrument(training: GraphSetTraining) -> list:
     handles = []
     for layer in training.model.layers:
         handles += _module_region(layer.attention, ATTENTION)
-        # sampler=full calls the attention's forward_full, which no forward hook sees
-        handles.append(_Wrapped(layer.attention, "forward_full", ATTENTION))
         if layer.local is not None:
             handles += _module_region(layer.local, LOCAL)
     for module in (training.model.readout, training.model.head):
@@ -365,8 +354,9 @@ def profile_batches(training: GraphSetTraining, batches: list[torch.Tensor]) -> 
     return classify(trace.events(), wall, linear_shapes(training.model))
 
 
-def measure(store, preset: str, seed: int, profile_count: int, repeats: int) -> dict:
-    """One preset's row: the epoch, its parts and its floor."""
+def measure(store, preset: str, seed: int, profile_count: int, repeats: int, rounds: int) -> dict:
+    """One preset's row: its parts, then `rounds` rounds of an epoch beside its floor (alternating, so that a
+    slower spell of a shared machine weighs on both), their medians and the median of the rounds' ratios."""
     cfg, graph, layer_scores = prepare(store, preset, seed)
     training = new_training(cfg, graph, layer_scores)
     masks = {split: getattr(graph, f"{split}_mask") for split in ("train", "val", "test")}
@@ -374,27 +364,19 @@ def measure(store, preset: str, seed: int, profile_count: int, repeats: int) -> 
     train_graphs = units["train"][0]
     eval_graphs = torch.cat([units["val"][0], units["test"][0]])
     training.train_epoch(train_graphs[: 2 * (training.batch_size or 1)])  # warm-up, not timed
-    train_s, eval_s = epoch_seconds(training, units)
 
     # The profile: a fresh training of the same config, so its batches are the epoch's first ones.
     profiled_training = new_training(cfg, graph, layer_scores)
     all_batches = profiled_training.epoch_batches(train_graphs)
     profiled = all_batches[:profile_count]
     profile = profile_batches(profiled_training, profiled)
-    share = train_s / profile.wall  # the profiled batches -> the epoch's training time
-    parts = {part: seconds * share for part, seconds in profile.parts.items()}
-    parts["evaluation"] = eval_s
-    heaviest = {part: {name: seconds * share for name, seconds in sorted(names.items(), key=lambda item: -item[1])[:6]}
-                for part, names in profile.ops.items()}
 
-    # The floor, over the profiled batches, scaled to the epoch's rows and edges.
+    # The floor's work: the profiled batches' products and attention edges, scaled to the epoch's rows and edges.
     batches_nodes = [training.batches.nodes(batch) for batch in profiled]
     width = cfg["model"]["hidden"]
     edges_per_batch = [[(nodes.numel(), e) for e in attention_edges(training, nodes)] for nodes in batches_nodes]
     per_batch = len(profile.dense) // len(profiled)  # every step runs the same products, in the same order
     products = [profile.dense[i * per_batch:(i + 1) * per_batch] for i in range(len(profiled))]
-    dense_forward, dense_both = dense_floor(products, repeats)
-    gather_forward, gather_both = gather_floor(edges_per_batch, width, repeats)
     profiled_edges = [layer for batch in edges_per_batch for layer in batch]
     train_nodes = training.batches.in_graph_order(train_graphs)
     eval_nodes = training.batches.in_graph_order(eval_graphs)
@@ -402,11 +384,25 @@ def measure(store, preset: str, seed: int, profile_count: int, repeats: int) -> 
     profiled_edge_count = sum(e for _, e in profiled_edges)
     train_edges = sum(attention_edges(training, train_nodes))  # a count per node: their order does not matter
     eval_edges = sum(attention_edges(training, eval_nodes))
-    # Scaled from the profiled batches to the epoch: dense work by rows, gathers by attention edges.
-    dense_train = dense_both * train_nodes.numel() / profiled_rows
-    dense_eval = dense_forward * eval_nodes.numel() / profiled_rows
-    floor_train = dense_train + gather_both * train_edges / profiled_edge_count
-    floor_eval = dense_eval + gather_forward * eval_edges / profiled_edge_count
+
+    def floor_seconds() -> tuple[float, float]:
+        """(training, evaluation) seconds of the floor: dense work scaled by rows, gathers by attention edges."""
+        dense_forward, dense_both = dense_floor(products, repeats)
+        gather_forward, gather_both = gather_floor(edges_per_batch, width, repeats)
+        return (dense_both * train_nodes.numel() / profiled_rows + gather_both * train_edges / profiled_edge_count,
+                dense_forward * eval_nodes.numel() / profiled_rows + gather_forward * eval_edges / profiled_edge_count)
+
+    timed = []  # per round: (train s, eval s, floor train s, floor eval s)
+    for _ in range(rounds):
+        timed.append((*epoch_seconds(training, units), *floor_seconds()))
+    train_s, eval_s, floor_train, floor_eval = (statistics.median(column) for column in zip(*timed))
+    round_ratios = [(train + evaluation) / (f_train + f_eval) for train, evaluation, f_train, f_eval in timed]
+
+    share = train_s / profile.wall  # the profiled batches -> the epoch's training time
+    parts = {part: seconds * share for part, seconds in profile.parts.items()}
+    parts["evaluation"] = eval_s
+    heaviest = {part: {name: seconds * share for name, seconds in sorted(names.items(), key=lambda item: -item[1])[:6]}
+                for part, names in profile.ops.items()}
     layers = len(training.sampler.degrees)
     epoch = train_s + eval_s
     floor = floor_train + floor_eval
@@ -420,10 +416,11 @@ def measure(store, preset: str, seed: int, profile_count: int, repeats: int) -> 
         "attention_edge_layers": edge_layers,
         "epoch_s": epoch, "train_s": train_s, "eval_s": eval_s, "parts_s": parts, "heaviest_ops_s": heaviest,
         "floor_s": floor, "floor_train_s": floor_train, "floor_eval_s": floor_eval,
-        "floor_dense_share": (dense_train + dense_eval) / floor,
+        "rounds_s": [{"train": t, "eval": e, "floor_train": ft, "floor_eval": fe} for t, e, ft, fe in timed],
         "ns_per_node_layer": 1e9 * epoch / node_layers, "floor_ns_per_node_layer": 1e9 * floor / node_layers,
         "ns_per_edge_layer": 1e9 * epoch / edge_layers, "floor_ns_per_edge_layer": 1e9 * floor / edge_layers,
-        "ratio": epoch / floor, "eval_share": eval_s / epoch,
+        "ratio": statistics.median(round_ratios), "round_ratios": round_ratios,
+        "eval_share": statistics.median(e / (t + e) for t, e, _, _ in timed),
         "load_average": round(os.getloadavg()[0], 1),
     }
 
@@ -431,19 +428,25 @@ def measure(store, preset: str, seed: int, profile_count: int, repeats: int) -> 
 # ---- report --------------------------------------------------------------------------------------------------
 
 
+def ratio_range(row: dict) -> str:
+    """The rounds' lowest and highest ratio, or '-' for a row from before rounds."""
+    ratios = row.get("round_ratios") or []
+    return f"{min(ratios):.2f}-{max(ratios):.2f}, n={len(ratios)}" if ratios else "-"
+
+
 def report(rows: list[dict]) -> str:
     lines = ["# Graph-level training: an epoch by part, beside its floor", "",
              (f"Machine: {cpu_model()}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, "
              f"{rows[0]['threads'] if rows else '?'} threads. `python -m benchmarks.graph_step` "
              "(benchmarks/graph_step.py says how each part and the floor are measured)."), "",
-             ("| preset | network | sampler | batches | s/epoch | train s | eval s (share) | floor s | ratio | "
+             ("| preset | network | sampler | batches | s/epoch | train s | eval s (share) | floor s | ratio (rounds) | "
              "ns/node-layer (floor) | ns/edge-layer (floor) |"),
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         lines.append(
             f"| {row['preset']} | {row['network']} | {row['sampler']} | {row['batches']} | {row['epoch_s']:.2f} | "
             f"{row['train_s']:.2f} | {row['eval_s']:.2f} ({100 * row['eval_share']:.0f}%) | {row['floor_s']:.2f} | "
-            f"{row['ratio']:.1f}x | {row['ns_per_node_layer']:.0f} ({row['floor_ns_per_node_layer']:.0f}) | "
+            f"{row['ratio']:.2f}x ({ratio_range(row)}) | {row['ns_per_node_layer']:.0f} ({row['floor_ns_per_node_layer']:.0f}) | "
             f"{row['ns_per_edge_layer']:.0f} ({row['floor_ns_per_edge_layer']:.0f}) |")
     lines += ["", ("Seconds per epoch by part (training parts from the profiled batches, scaled to the epoch's "
               "training time; evaluation timed whole):"), "",
@@ -468,7 +471,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile-batches", type=int, default=24, help="training batches the profiler traces")
     # the floor over the profiled batches takes seconds; on a shared machine one timing of it moves by tens
     # of percent, so it is timed several times
-    parser.add_argument("--repeats", type=int, default=7, help="timings of the floor, their median kept")
+    parser.add_argument("--repeats", type=int, default=3, help="timings of the floor per round, their median kept")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of an epoch then its floor; the report keeps their medians")
     parser.add_argument("--out", default="artifacts/bench")
     parser.add_argument("--prepare-only", action="store_true",
                         help="run (or find cached) each preset's preprocess, estimate and export stages, time nothing")
@@ -481,7 +486,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     rows = []
     for preset in args.presets:
-        rows.append(measure(store, preset, args.seed, args.profile_batches, args.repeats))
+        rows.append(measure(store, preset, args.seed, args.profile_batches, args.repeats, args.rounds))
         print(report(rows[-1:]), flush=True)
     with atomic_path(folder / "graph_step.json") as path:
         path.write_text(json.dumps(rows, indent=1))

@@ -105,3 +105,29 @@ def test_parameter_groups_take_their_own_weight_decay_as_torch_does(decoupled):
         for mine, reference_parameter in zip(ours, reference):
             torch.testing.assert_close(mine, reference_parameter, rtol=1e-6, atol=1e-7)
     assert not torch.allclose(ours[0], uniform[0])  # the weight's own decay acted
+
+
+@pytest.mark.parametrize("optimizer_class", [AdamW, Adam])
+def test_the_flat_step_gives_the_per_parameter_steps_bits(optimizer_class):
+    """The usual step runs on flat buffers (`_flat_step`); it is the per-parameter path's arithmetic, bit for bit,
+    and a step where a parameter has no gradient takes the per-parameter path on the same moments."""
+    torch.manual_seed(0)
+    start = [p.detach() for p in torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Linear(5, 3)).parameters()]
+    flat, per_parameter = ([p.clone().requires_grad_() for p in start] for _ in range(2))
+    optimizers = [optimizer_class(params, lr=0.05, weight_decay=0.1) for params in (flat, per_parameter)]
+    optimizers[1]._flat = False  # the per-parameter ops throughout
+    flat_steps = []
+    flat_step = optimizers[0]._flat_step
+    optimizers[0]._flat_step = lambda *args: (flat_steps.append(args), flat_step(*args))
+    inputs, targets = torch.randn(16, 6), torch.randint(0, 3, (16,))
+    for step in range(6):
+        for params, optimizer in zip((flat, per_parameter), optimizers):
+            optimizer.zero_grad()
+            hidden = inputs @ params[0].t() + params[1]
+            out = hidden @ params[2].t() + (params[3] if step != 3 else 0)  # step 3: the last bias gets none
+            torch.nn.functional.cross_entropy(out, targets).backward()
+            optimizer.step()
+        for ours, reference in zip(flat, per_parameter, strict=True):
+            assert torch.equal(ours, reference), step
+    assert optimizers[0].steps == [6, 6, 6, 5]
+    assert len(flat_steps) == 3  # steps 0-2 ran flat; from step 3 the step counts differ

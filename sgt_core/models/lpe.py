@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sgt_core.errors import ConfigError
@@ -87,9 +88,32 @@ class LearnedPositionalEncoding(nn.Module):
         # True = ignored by attention. Fully padded rows would have every score at -inf (NaN softmax),
         # so they attend over their padding instead; the masked sum below discards it.
         ignore = ~mask & mask.any(dim=1, keepdim=True)  # [N, m]
-        h = self.encoder(h, src_key_padding_mask=ignore)  # [N, m, k]
+        if not torch.is_grad_enabled():  # the library's fused inference path, the faster one without gradients
+            h = self.encoder(h, src_key_padding_mask=ignore)  # [N, m, k]
+        else:
+            hidden = h.new_zeros(ignore.shape).masked_fill_(ignore, float("-inf"))[:, None, None, :]  # [N, 1, 1, m]
+            for layer in self.encoder.layers:
+                h = self._encoder_layer(layer, h, hidden)  # [N, m, k]
         h = h.masked_fill(~mask.unsqueeze(-1), 0.0)  # [N, m, k]
         return h.sum(dim=1)  # [N, k]
+
+    def _encoder_layer(self, layer: nn.TransformerEncoderLayer, h: Tensor, hidden: Tensor) -> Tensor:
+        """`layer`'s computation (post-norm, ReLU, no dropout: how __init__ builds it) with its own weights, as
+        two small batched products per node. With gradients, nn.MultiheadAttention's batch-first path
+        transposes to [m, N, k] and back and runs a flash kernel made for long sequences, slower than these
+        at m of about 8; without them the library's fused inference path is the faster, and `forward` uses it.
+
+        Shapes:
+            h [N, m, k], hidden float [N, 1, 1, m] 0 or -inf (a token hidden from attention) -> [N, m, k].
+        """
+        num_rows, length, width = h.shape
+        attention, head_dim = layer.self_attn, width // self.heads
+        qkv = F.linear(h, attention.in_proj_weight, attention.in_proj_bias)  # [N, m, 3k]
+        query, key, value = qkv.view(num_rows, length, 3, self.heads, head_dim).unbind(2)  # [N, m, H, dh] x3
+        scores = torch.einsum("nihd,njhd->nhij", query, key) * head_dim**-0.5 + hidden  # [N, H, m, m]
+        attended = torch.einsum("nhij,njhd->nihd", scores.softmax(-1), value)  # [N, m, H, dh]
+        h = layer.norm1(h + attention.out_proj(attended.reshape(num_rows, length, width)))
+        return layer.norm2(h + layer.linear2(F.relu(layer.linear1(h))))
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}(m={self.m}, k={self.k}, layers={self.layers}, heads={self.heads})"

@@ -127,6 +127,7 @@ class LayerSampler:
         self.propagation = propagation
         self.layer_scores, self.degrees, self.method, self.generator = layer_scores, list(degrees), method, generator
         self._full_layer: FullLayer | None = None
+        self._position: Tensor | None = None  # `_positions`' table, allocated on first use
 
     def layer(self, scores: Tensor, degree: int, nodes: Tensor | None = None) -> tuple:
         """Samples one layer, `degree` neighbours weighted by `scores` [E], for `nodes` (default all).
@@ -161,6 +162,17 @@ class LayerSampler:
             layers.append(SampledLayer(all_nodes, neighbours, types, mask, spd, self.propagation, attr, features))
         return layers
 
+    def _positions(self, nodes: Tensor, queries: Tensor) -> Tensor:
+        """A table of every node's row: node nodes[r] at r (`queries` = 0..n-1); other entries are stale.
+
+        One [N] table kept across batches and written at the batch's n entries only: O(n) per batch, where
+        a fresh table would be O(N) and searching the sorted ids O(slots log n).
+        """
+        if self._position is None or self._position.device != nodes.device:
+            self._position = torch.zeros(self.ptr.numel() - 1, dtype=torch.int64, device=nodes.device)
+        self._position[nodes] = queries
+        return self._position
+
     def closed_batch(self, nodes: Tensor) -> list[SampledLayer]:
         """Every layer for a node set that holds all its nodes' candidates (whole graphs of a dataset of many).
 
@@ -169,13 +181,39 @@ class LayerSampler:
         full-graph layers, sampled for its nodes only, in the local numbering of `nodes` (ascending).
         """
         queries = torch.arange(nodes.numel(), device=nodes.device)
+        position = self._positions(nodes, queries)
         layers = []
         for scores, degree in zip(self.layer_scores, self.degrees):
             neighbours, types, spd, mask, attr, features = self.layer(scores, degree, nodes=nodes)
-            local = torch.searchsorted(nodes, neighbours)  # [n, deg]
+            local = position[neighbours]  # [n, deg]
             local = torch.where(mask, local, queries.unsqueeze(1))  # masked slots point at the query itself
             layers.append(SampledLayer(queries, local, types, mask, spd, None, attr, features))
         return layers
+
+    def closed_whole(self, nodes: Tensor) -> SampledLayer:
+        """Every candidate of every node of a closed set (whole graphs) as one layer's slots: sampler=full's
+        layer for a batch of graphs, in the local numbering of `nodes` (ascending).
+
+        Sampling is the identity when the degree keeps every neighbour, so no draw is made: the slots are
+        each node's incoming edges in edge order, padded to the set's largest in-degree and masked. The same
+        attention as the edge-list form (`SampledAttention.forward_full`), run by the fused slot kernels
+        instead of a dozen [E, D] elementwise passes; every layer shares it. O(n * widest) per batch, which on
+        graphs of similar sizes is a small multiple of their edges.
+        """
+        starts = self.ptr[nodes]
+        in_degree = self.ptr[nodes + 1] - starts  # [n]
+        width = int(in_degree.max()) if nodes.numel() else 0
+        slots = torch.arange(width, device=nodes.device)  # [w]
+        mask = slots < in_degree.unsqueeze(1)  # [n, w]
+        # padding points at the node's first edge (or edge 0) and is ignored through the mask
+        edges = torch.where(mask, starts.unsqueeze(1) + slots, starts.clamp_max(self.ptr[-1] - 1).unsqueeze(1))
+        queries = torch.arange(nodes.numel(), device=nodes.device)
+        local = self._positions(nodes, queries)[self.edge_index[0][edges].long()]  # [n, w]
+        local = torch.where(mask, local, queries.unsqueeze(1))  # masked slots point at the query itself
+        spd = self.edge_spd[edges].long() if self.edge_spd is not None else None
+        attr = self.edge_attr[edges].long() if self.edge_attr is not None else None
+        features = self.edge_features[edges] if self.edge_features is not None else None
+        return SampledLayer(queries, local, self.edge_type[edges].long(), mask, spd, None, attr, features)
 
     def batch(self, targets: Tensor) -> tuple[Tensor, list[SampledLayer]]:
         """Layer-wise neighbourhood sampling for a batch of target nodes (Spexphormer Algorithm 2).

@@ -8,8 +8,7 @@ import torch
 from torch import nn
 
 from sgt_core.errors import ConfigError
-from sgt_core.graph_batches import GraphBatches, induced_edges
-from sgt_core.layers import FullLayer
+from sgt_core.graph_batches import GraphBatches
 from sgt_core.preprocess.interaction_graph import InteractionGraph
 from sgt_core.train.training import WideNetworkTraining, network_parts, read_groups
 
@@ -93,22 +92,12 @@ class GraphSetTraining(WideNetworkTraining):
 
     def _forward(self, network: nn.Module, graphs: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
         """One batch of whole graphs through `network`: [B, C] per graph, or [n, C] per node."""
-        if self.sampler.method == "full":
-            layers = [self._full_layer(nodes)] * len(self.sampler.degrees)
+        if self.sampler.method == "full":  # every neighbour: one layer of slots, shared by every layer
+            layers = [self.sampler.closed_whole(nodes)] * len(self.sampler.degrees)
         else:
             layers = self.sampler.closed_batch(nodes)
         rows = self.batches.rows(graphs, nodes) if self.graph_level else None
         return network(self.x[nodes], self.node_kind[nodes], layers, self.extras.select(nodes), rows)
-
-    def _full_layer(self, nodes: torch.Tensor) -> FullLayer:
-        """The batch's whole interaction graph as one layer (sampler=full), in the batch's numbering."""
-        sampler = self.sampler
-        edges, edge_index = induced_edges(sampler.ptr, sampler.edge_index, nodes)
-        in_degree = (sampler.ptr[nodes + 1] - sampler.ptr[nodes]).long()
-        spd = sampler.edge_spd[edges].long() if sampler.edge_spd is not None else None
-        attr = sampler.edge_attr[edges].long() if sampler.edge_attr is not None else None
-        features = sampler.edge_features[edges] if sampler.edge_features is not None else None
-        return FullLayer(edge_index, sampler.edge_type[edges].long(), in_degree, spd, None, attr, features)
 
     def loss_sum(self, graphs: torch.Tensor, network: nn.Module) -> torch.Tensor:
         """The summed loss of one batch of graphs through `network` (a rank's share of a global batch)."""

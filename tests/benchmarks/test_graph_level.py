@@ -12,6 +12,7 @@ from benchmarks.graph_level import (
     SAMPLING,
     graph_level_report,
     preset_overrides,
+    still_improving,
     summarise,
     target_verdict,
 )
@@ -141,3 +142,19 @@ def test_report_merges_rows_run_side_by_side_and_says_their_threads(tmp_path):
     assert "1 or 2 torch threads per stage" in report
     with pytest.raises(SystemExit, match="no such file"):
         main(["--report", "--out", str(merged), "--rows-from", str(tmp_path / "absent.csv")])
+
+
+def test_a_curve_still_improves_when_its_best_value_is_in_its_last_tenth():
+    assert still_improving([0.9, 0.7, 0.6, 0.5], minimise=True)  # MAE still falling at the end
+    assert not still_improving([0.9, 0.5, 0.6, 0.6], minimise=True)
+    assert still_improving([50.0, 60.0, 61.0], minimise=False) and not still_improving([50.0, 70.0, 61.0, 60.0], False)
+    assert not still_improving([0.5], minimise=True)  # one evaluation says nothing
+
+
+def test_the_report_shows_each_runs_learning_curve():
+    curve = ";".join(str(v) for v in [0.9, 0.8, 0.7, 0.6, 0.5, 0.45, 0.44, 0.43])
+    text = graph_level_report([row("zinc_cpu", "preset", 0, 0.4, val_curve=curve, best_epoch=7),
+                               row("zinc_cpu", "graph_only", 0, 0.5, val_curve=curve, best_epoch=7)], "machine")
+    section = text.split("## Learning curves")[1]
+    assert "| zinc_cpu | preset | 0 | 40 | 7 | 0.800 / 0.600 / 0.450 / 0.430 | yes |" in section
+    assert section.count("| zinc_cpu |") == 1  # the preset's rows only

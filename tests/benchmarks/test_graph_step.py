@@ -51,11 +51,11 @@ def test_the_parts_add_up_to_the_profiled_wall_time_and_the_census_is_the_networ
 
 def test_full_attention_counts_as_attention():
     training = toy_training()
-    training.sampler.method = "full"  # every edge: the attention's forward_full, which forward hooks miss
+    training.sampler.method = "full"  # every edge, as one layer of slots built for the batch
     batches = training.epoch_batches(torch.arange(training.batches.num_graphs))[:2]
     profile = profile_batches(training, batches)
     assert profile.parts.get("attention edge work", 0.0) > 0, profile.parts
-    assert "forward_full" not in vars(training.model.layers[0].attention)  # the wrapper is gone afterwards
+    assert profile.parts.get("sampling and block building", 0.0) > 0, profile.parts
 
 
 def test_the_regions_change_nothing_the_step_computes():
@@ -96,9 +96,10 @@ def test_the_floor_times_forward_alone_below_forward_and_backward():
 def test_the_report_has_a_row_and_every_part_per_preset():
     row = {"preset": "toy", "network": "2 x 16", "sampler": "reservoir", "batches": 5, "epoch_s": 2.0,
            "train_s": 1.8, "eval_s": 0.2, "eval_share": 0.1, "floor_s": 0.5, "ratio": 4.0, "threads": 2,
+           "round_ratios": [3.5, 4.0, 4.4],
            "ns_per_node_layer": 900.0, "floor_ns_per_node_layer": 225.0, "ns_per_edge_layer": 90.0,
            "floor_ns_per_edge_layer": 22.5, "parts_s": {part: 0.2 for part in PARTS},
            "heaviest_ops_s": {"dense layers": {"aten::mm": 0.2}}}
     text = report([row])
-    assert "| toy | 2 x 16 | reservoir | 5 | 2.00 |" in text and "4.0x" in text
+    assert "| toy | 2 x 16 | reservoir | 5 | 2.00 |" in text and "4.00x (3.50-4.40, n=3)" in text
     assert all(part in text for part in PARTS) and "aten::mm 0.20" in text

@@ -85,3 +85,23 @@ def test_reset_parameters_draws_distinct_layers_and_checks_arguments():
         LearnedPositionalEncoding(M, 6, heads=4)
     with pytest.raises(ValueError, match="shape"):
         lpe(torch.zeros(5, M + 1), torch.zeros(5, M + 1), torch.ones(5, M + 1, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("layers, heads", [(1, 2), (2, 4)])
+def test_the_encoder_computes_what_torchs_transformer_encoder_computes(layers, heads):
+    """The encoder layers run as batched products (`_encoder_layer`) with nn.TransformerEncoder's weights:
+    the same outputs and weight gradients as the library's module, padding hidden alike."""
+    lpe = _model(layers=layers, heads=heads).train()
+    generator = torch.Generator().manual_seed(1)
+    values, vectors = torch.rand(40, M, generator=generator), torch.randn(40, M, generator=generator)
+    mask = torch.rand(40, M, generator=generator) > 0.3
+    mask[:3] = False  # rows without a real eigenpair
+    tokens = lpe.embed(torch.stack([values, vectors], dim=-1).masked_fill(~mask.unsqueeze(-1), 0.0))
+    ignore = ~mask & mask.any(dim=1, keepdim=True)
+    reference = lpe.encoder(tokens, src_key_padding_mask=ignore).masked_fill(~mask.unsqueeze(-1), 0.0).sum(1)
+    reference_grads = torch.autograd.grad(reference.square().sum(), list(lpe.encoder.parameters()))
+    ours = lpe.eval()(values, vectors, mask)  # eval: no random sign flips, so both see the same tokens
+    our_grads = torch.autograd.grad(ours.square().sum(), list(lpe.encoder.parameters()))
+    assert torch.allclose(ours, reference, atol=1e-5)
+    for ours_grad, reference_grad in zip(our_grads, reference_grads, strict=True):
+        assert torch.allclose(ours_grad, reference_grad, atol=1e-4)

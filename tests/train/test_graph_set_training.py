@@ -159,3 +159,41 @@ def test_precise_batch_norm_averages_the_training_batches_statistics(num_batches
     train_graphs = training.units(graph.train_mask)
     training.train_epoch(train_graphs)  # weights away from their initialisation, running statistics trailing
     recalibrated_against_its_batches(training, training.model, train_graphs, num_batches)
+
+
+def test_every_neighbour_as_slots_computes_the_edge_list_attention():
+    """sampler=full's batch layer (`closed_whole`: each node's edges as masked slots, for the fused slot
+    kernels) holds exactly the batch's edges, and the network on it gives the outputs and gradients of the
+    edge-list form (`FullLayer`, `SampledAttention.forward_full`) over the same edges."""
+    from sgt_core.graph_batches import induced_edges
+    from sgt_core.layers import FullLayer
+
+    graph = build_interaction_graph(toy_graph_set("graph_regression", num_graphs=40), self_loops=True,
+                                    expander=None, virtual_nodes=1, seed=0)  # a virtual node: degrees vary
+    training = GraphSetTraining.build(compose_config(SMALL), graph, torch.rand(2, graph.num_edges), torch.device("cpu"))
+    graphs = torch.tensor([1, 4, 7, 30])
+    nodes = training.batches.nodes(graphs)
+    slots = training.sampler.closed_whole(nodes)
+    edges, edge_index = induced_edges(graph.ptr, graph.edge_index, nodes)
+    kept_target, kept_slot = slots.neighbour_mask.nonzero(as_tuple=True)  # row-major: the edges' order
+    assert torch.equal(torch.stack([slots.neighbours[kept_target, kept_slot], kept_target]), edge_index)
+    assert torch.equal(slots.neighbour_type[slots.neighbour_mask], graph.edge_type[edges].long())
+    assert torch.equal(slots.neighbour_attr[slots.neighbour_mask], graph.edge_attr[edges].long())
+    full = FullLayer(edge_index, graph.edge_type[edges].long(), torch.bincount(edge_index[1], minlength=nodes.numel()),
+                     None, None, graph.edge_attr[edges].long())
+    model = training.model.eval()
+    with torch.no_grad():  # edge terms away from their neutral start, so that they matter
+        for block in model.layers:
+            block.attention.edge_scale.weight.normal_()
+            block.attention.edge_bias.weight.normal_()
+    rows = training.batches.rows(graphs, nodes)
+    outputs, gradients = [], []
+    for layer in (slots, full):
+        model.zero_grad()
+        out = model(training.x[nodes], training.node_kind[nodes], [layer] * 2, training.extras.select(nodes), rows)
+        out.square().sum().backward()
+        outputs.append(out.detach())
+        gradients.append([parameter.grad.clone() for parameter in model.parameters() if parameter.grad is not None])
+    assert torch.allclose(outputs[0], outputs[1], atol=1e-5)
+    for from_slots, from_edges in zip(*gradients, strict=True):
+        assert torch.allclose(from_slots, from_edges, atol=1e-4, rtol=1e-4)

@@ -72,9 +72,10 @@ class GINEBranch(nn.Module):
             code = layer.neighbour_attr[target, slot] if layer.neighbour_attr is not None else None
             features = layer.neighbour_features[target, slot] if layer.neighbour_features is not None else None
             query_rows = layer.queries
-        if code is None:
-            code = torch.zeros_like(target)
-        edge = self.edge_embedding(code.long())  # [E', D]
+        if code is None:  # every edge has code 0: its row, broadcast (no [E', D] gather, and a sum for its gradient)
+            edge = self.edge_embedding.weight[0]  # [D]
+        else:
+            edge = self.edge_embedding(code.long())  # [E', D]
         if self.edge_linear is not None and features is not None:
             edge = edge + self.edge_linear(features.to(h.dtype))  # [E', D]
         messages = torch.relu(h.index_select(0, source) + edge)  # [E', D]
