@@ -34,6 +34,7 @@ import csv
 import json
 import math
 import os
+import shutil
 import statistics
 import sys
 from pathlib import Path
@@ -176,14 +177,17 @@ def still_improving(curve: list[float], minimise: bool) -> bool:
 
 
 def run_one(store: ArtifactStore, preset: str, variant: str, seed: int, epochs: int | None = None,
-            settings: list[str] | None = None) -> dict:
-    """One preset x variant x seed through the four stages (cached); its row of graph_level.csv."""
+            settings: list[str] | None = None, retrain: bool = False) -> dict:
+    """One preset x variant x seed through the four stages (cached); its row of graph_level.csv. `retrain`
+    drops a cached train stage first, so that it trains (and is timed) again."""
     settings = list(settings or [])
     dataset = dataset_of(preset)
     base = compose_config([*preset_overrides(preset, seed), f"seed={seed}"])
     cfg = compose_config([*preset_overrides(preset, seed), *VARIANTS[variant], *budget_overrides(base, epochs),
                           *settings, f"seed={seed}"])
     keys = stage_keys(cfg)
+    if retrain and store.path("train", keys["train"]).exists():
+        shutil.rmtree(store.path("train", keys["train"]))
     results = {name: run_stage(store, stage, cfg, keys) for name, stage in zip(STAGE_NAMES, STAGES, strict=True)}
     metric = DATASETS[dataset]["metric"]
     train, preprocess = results["train"]["metrics"], results["preprocess"]["metrics"]

@@ -9,24 +9,26 @@ from torch import Tensor, nn
 from sgt_core.kernels import cpu_kernels, draw_seed, usable
 
 
-class _MaskedScale(torch.autograd.Function):
-    """x * keep / (1 - p), keeping only the boolean mask (1 byte per element) for the backward pass.
+def as_bytes(mask: Tensor) -> Tensor:
+    """A bool mask as uint8 0/1, without a copy, for multiplying float tensors by: multiplying by the bool
+    itself first converts it to a float copy, and masked_fill is slower still; on the CPU both take several
+    times the product with this view. The products are the same numbers: x * 1 and x * 0."""
+    return mask.view(torch.uint8)
 
-    The dropped elements are zeroed with masked_fill: multiplying by a bool mask would first convert it to
-    a float copy, an extra pass writing 4 bytes per element.
-    """
+
+class _MaskedScale(torch.autograd.Function):
+    """x * keep / (1 - p), keeping only the boolean mask (1 byte per element) for the backward pass."""
 
     @staticmethod
     def forward(ctx, x, keep, scale):
-        dropped = ~keep
-        ctx.save_for_backward(dropped)
+        ctx.save_for_backward(keep)
         ctx.scale = scale
-        return x.masked_fill(dropped, 0.0).mul_(scale)
+        return x.mul(as_bytes(keep)).mul_(scale)
 
     @staticmethod
     def backward(ctx, grad):
-        (dropped,) = ctx.saved_tensors
-        return grad.masked_fill(dropped, 0.0).mul_(ctx.scale), None, None
+        (keep,) = ctx.saved_tensors
+        return grad.mul(as_bytes(keep)).mul_(ctx.scale), None, None
 
 
 class Dropout(nn.Module):

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from sgt_core.models.dropout import Dropout
+from sgt_core.models.dropout import Dropout, as_bytes
 
 
 class _FeedForward(torch.autograd.Function):
@@ -20,28 +20,26 @@ class _FeedForward(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, inner_weight, inner_bias, outer_weight, outer_bias, keep, scale):
-        # Masks are applied with masked_fill_: multiplying by a bool mask first converts it to a float copy.
-        dropped = None if keep is None else ~keep  # [N, 2D] bool
         hidden = F.linear(x, inner_weight, inner_bias).relu_()
-        if dropped is not None:
-            hidden = hidden.masked_fill_(dropped, 0.0).mul_(scale)
-        ctx.save_for_backward(x, inner_weight, inner_bias, outer_weight, dropped)
+        if keep is not None:
+            hidden = hidden.mul_(as_bytes(keep)).mul_(scale)
+        ctx.save_for_backward(x, inner_weight, inner_bias, outer_weight, keep)
         ctx.scale = scale
         return F.linear(hidden, outer_weight, outer_bias)
 
     @staticmethod
     def backward(ctx, grad):
-        x, inner_weight, inner_bias, outer_weight, dropped = ctx.saved_tensors
+        x, inner_weight, inner_bias, outer_weight, keep = ctx.saved_tensors
         pre_activation = F.linear(x, inner_weight, inner_bias)  # [N, 2D], recomputed
-        inactive = pre_activation <= 0
+        active = pre_activation > 0
         hidden = pre_activation.relu_()
-        if dropped is not None:
-            hidden = hidden.masked_fill_(dropped, 0.0).mul_(ctx.scale)
+        if keep is not None:
+            hidden = hidden.mul_(as_bytes(keep)).mul_(ctx.scale)
         grad_outer_weight, grad_outer_bias = grad.t() @ hidden, grad.sum(0)
         grad_hidden = grad @ outer_weight  # [N, 2D]
-        if dropped is not None:
-            grad_hidden = grad_hidden.masked_fill_(dropped, 0.0).mul_(ctx.scale)
-        grad_pre = grad_hidden.masked_fill_(inactive, 0.0)
+        if keep is not None:
+            grad_hidden = grad_hidden.mul_(as_bytes(keep)).mul_(ctx.scale)
+        grad_pre = grad_hidden.mul_(as_bytes(active))
         grad_inner_weight, grad_inner_bias = grad_pre.t() @ x, grad_pre.sum(0)
         return grad_pre @ inner_weight, grad_inner_weight, grad_inner_bias, grad_outer_weight, grad_outer_bias, None, None
 

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from sgt_core.errors import ConfigError
+from sgt_core.models.dropout import as_bytes
 
 
 class LearnedPositionalEncoding(nn.Module):
@@ -94,7 +95,7 @@ class LearnedPositionalEncoding(nn.Module):
             hidden = h.new_zeros(ignore.shape).masked_fill_(ignore, float("-inf"))[:, None, None, :]  # [N, 1, 1, m]
             for layer in self.encoder.layers:
                 h = self._encoder_layer(layer, h, hidden)  # [N, m, k]
-        h = h.masked_fill(~mask.unsqueeze(-1), 0.0)  # [N, m, k]
+        h = h * as_bytes(mask).unsqueeze(-1)  # [N, m, k] padding's rows (finite, from the norm) to zero
         return h.sum(dim=1)  # [N, k]
 
     def _encoder_layer(self, layer: nn.TransformerEncoderLayer, h: Tensor, hidden: Tensor) -> Tensor:

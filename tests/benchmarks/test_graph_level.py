@@ -158,3 +158,18 @@ def test_the_report_shows_each_runs_learning_curve():
     section = text.split("## Learning curves")[1]
     assert "| zinc_cpu | preset | 0 | 40 | 7 | 0.800 / 0.600 / 0.450 / 0.430 | yes |" in section
     assert section.count("| zinc_cpu |") == 1  # the preset's rows only
+
+
+def test_the_gps_report_takes_the_median_ratio_of_alternating_pairs():
+    from benchmarks.gps_zinc import report
+
+    cfg = {"batch_size": 32, "epochs": 2, "max_graphs": None, "argv": ["--pairs", "3"], "num_layers": 10,
+           "channels": 64, "walk_length": 20}
+    gps = {"val_mae": 0.6, "test_mae": 0.62, "seconds_per_epoch": 40.0, "train_seconds_per_epoch": 37.0,
+           "parameters": 423857, "peak_rss_mb": 1000.0, "prepare_seconds": 30.0, "graphs": {"train": 10}}
+    sgt = {"preset": "zinc", "budget": "train.epochs=2", "val": 0.58, "test": 0.6, "train_s_per_epoch": 24.0,
+           "estimate_s_per_train_epoch": 0.5, "parameters": 443673, "peak_mb": 600.0,
+           "pairs": [(40.0, 24.0), (50.0, 20.0), (30.0, 27.0)]}
+    text = report(cfg, gps, sgt, "machine")
+    assert "**0.60×** (target ≤ 0.6×; the median over 3 pairs" in text  # 0.6, 0.4, 0.9 -> 0.6
+    assert "40.0 / 24.0, 50.0 / 20.0, 30.0 / 27.0" in text
