@@ -1,7 +1,7 @@
 """Where an epoch of graph-level training goes, part by part, beside its floor: the work it cannot avoid.
 
     python -m benchmarks.graph_step [--presets zinc zinc_cpu ...] [--profile-batches 24] [--rounds 3]
-                                    [--repeats 3] [--out DIR] [--prepare-only]
+                                    [--repeats 3] [--full-size] [--out DIR] [--prepare-only]
 
 For each preset (the interaction graph and scores of its preprocess, estimate and export stages, cached in
 `<out>/cache` like `make bench-graphs`), in this one process and on its threads:
@@ -54,6 +54,9 @@ from sgt_core.train.graph_set_training import GraphSetTraining
 from sgt_core.train.stage import _read_inputs
 
 DEFAULT_PRESETS = ["zinc", "zinc_cpu", "cluster_cpu", "pattern_cpu", "tu_nci1", "peptides_func_cpu"]
+# A tenth of the generated sets' graphs unless --full-size: an epoch's cost per graph, its parts and its floor do
+# not depend on how many graphs there are, and their full 14,000 / 12,000 take many minutes to prepare.
+SAMPLE_SIZES = {"pattern_cpu": ["dataset.num_graphs=1400"], "cluster_cpu": ["dataset.num_graphs=1200"]}
 PARTS = ["dense layers", "attention edge work", "local branch", "norms and readout", "sampling and block building",
          "optimizer", "other ops", "between torch ops", "evaluation"]
 # Region names the benchmark wraps around parts of a step (record_function); its own, never the library's.
@@ -309,10 +312,11 @@ def attention_edges(training: GraphSetTraining, nodes: torch.Tensor) -> list[int
     return [int(in_degree.clamp(max=degree).sum()) for degree in training.sampler.degrees]
 
 
-def prepare(store, preset: str, seed: int) -> tuple[dict, InteractionGraph, torch.Tensor]:
+def prepare(store, preset: str, seed: int, full_size: bool = False) -> tuple[dict, InteractionGraph, torch.Tensor]:
     """The preset's config and what its train stage reads: the interaction graph and the scores (their stages
-    run, or found in the cache)."""
-    cfg = compose_config([*preset_overrides(preset, seed), f"seed={seed}", "train.device=cpu"])
+    run, or found in the cache); the generated sets at a tenth of their graphs unless `full_size`."""
+    sizes = [] if full_size else SAMPLE_SIZES.get(preset, [])
+    cfg = compose_config([*preset_overrides(preset, seed), *sizes, f"seed={seed}", "train.device=cpu"])
     keys = stage_keys(cfg)
     for name, stage in zip(STAGE_NAMES[:-1], STAGES[:-1], strict=True):
         run_stage(store, stage, cfg, keys)
@@ -354,10 +358,11 @@ def profile_batches(training: GraphSetTraining, batches: list[torch.Tensor]) -> 
     return classify(trace.events(), wall, linear_shapes(training.model))
 
 
-def measure(store, preset: str, seed: int, profile_count: int, repeats: int, rounds: int) -> dict:
+def measure(store, preset: str, seed: int, profile_count: int, repeats: int, rounds: int,
+            full_size: bool = False) -> dict:
     """One preset's row: its parts, then `rounds` rounds of an epoch beside its floor (alternating, so that a
     slower spell of a shared machine weighs on both), their medians and the median of the rounds' ratios."""
-    cfg, graph, layer_scores = prepare(store, preset, seed)
+    cfg, graph, layer_scores = prepare(store, preset, seed, full_size)
     training = new_training(cfg, graph, layer_scores)
     masks = {split: getattr(graph, f"{split}_mask") for split in ("train", "val", "test")}
     units = {split: (training.units(mask), mask) for split, mask in masks.items()}
@@ -385,18 +390,21 @@ def measure(store, preset: str, seed: int, profile_count: int, repeats: int, rou
     train_edges = sum(attention_edges(training, train_nodes))  # a count per node: their order does not matter
     eval_edges = sum(attention_edges(training, eval_nodes))
 
-    def floor_seconds() -> tuple[float, float]:
-        """(training, evaluation) seconds of the floor: dense work scaled by rows, gathers by attention edges."""
+    def floor_seconds() -> tuple[float, float, float]:
+        """(training, evaluation, dense share) of the floor: dense work scaled by rows, gathers by attention edges."""
         dense_forward, dense_both = dense_floor(products, repeats)
         gather_forward, gather_both = gather_floor(edges_per_batch, width, repeats)
+        dense = (dense_both * train_nodes.numel() + dense_forward * eval_nodes.numel()) / profiled_rows
+        gathers = (gather_both * train_edges + gather_forward * eval_edges) / profiled_edge_count
         return (dense_both * train_nodes.numel() / profiled_rows + gather_both * train_edges / profiled_edge_count,
-                dense_forward * eval_nodes.numel() / profiled_rows + gather_forward * eval_edges / profiled_edge_count)
+                dense_forward * eval_nodes.numel() / profiled_rows + gather_forward * eval_edges / profiled_edge_count,
+                dense / (dense + gathers))
 
-    timed = []  # per round: (train s, eval s, floor train s, floor eval s)
+    timed = []  # per round: (train s, eval s, floor train s, floor eval s, the floor's dense share)
     for _ in range(rounds):
         timed.append((*epoch_seconds(training, units), *floor_seconds()))
-    train_s, eval_s, floor_train, floor_eval = (statistics.median(column) for column in zip(*timed))
-    round_ratios = [(train + evaluation) / (f_train + f_eval) for train, evaluation, f_train, f_eval in timed]
+    train_s, eval_s, floor_train, floor_eval, dense_share = (statistics.median(column) for column in zip(*timed))
+    round_ratios = [(train + evaluation) / (f_train + f_eval) for train, evaluation, f_train, f_eval, _ in timed]
 
     share = train_s / profile.wall  # the profiled batches -> the epoch's training time
     parts = {part: seconds * share for part, seconds in profile.parts.items()}
@@ -409,18 +417,19 @@ def measure(store, preset: str, seed: int, profile_count: int, repeats: int, rou
     node_layers = (train_nodes.numel() + eval_nodes.numel()) * layers
     edge_layers = train_edges + eval_edges
     return {
-        "preset": preset, "seed": seed, "threads": torch.get_num_threads(),
+        "preset": preset, "seed": seed, "threads": torch.get_num_threads(), "graphs": graph.num_graphs,
         "network": f"{layers} x {width}", "sampler": cfg["sampler"]["method"], "batch_size": training.batch_size,
         "batches": len(all_batches), "profiled_batches": len(profiled),
         "train_nodes": train_nodes.numel(), "eval_nodes": eval_nodes.numel(),
         "attention_edge_layers": edge_layers,
         "epoch_s": epoch, "train_s": train_s, "eval_s": eval_s, "parts_s": parts, "heaviest_ops_s": heaviest,
         "floor_s": floor, "floor_train_s": floor_train, "floor_eval_s": floor_eval,
-        "rounds_s": [{"train": t, "eval": e, "floor_train": ft, "floor_eval": fe} for t, e, ft, fe in timed],
+        "floor_dense_share": dense_share,
+        "rounds_s": [{"train": t, "eval": e, "floor_train": ft, "floor_eval": fe} for t, e, ft, fe, _ in timed],
         "ns_per_node_layer": 1e9 * epoch / node_layers, "floor_ns_per_node_layer": 1e9 * floor / node_layers,
         "ns_per_edge_layer": 1e9 * epoch / edge_layers, "floor_ns_per_edge_layer": 1e9 * floor / edge_layers,
         "ratio": statistics.median(round_ratios), "round_ratios": round_ratios,
-        "eval_share": statistics.median(e / (t + e) for t, e, _, _ in timed),
+        "eval_share": statistics.median(e / (t + e) for t, e, *_ in timed),
         "load_average": round(os.getloadavg()[0], 1),
     }
 
@@ -439,12 +448,13 @@ def report(rows: list[dict]) -> str:
              (f"Machine: {cpu_model()}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, "
              f"{rows[0]['threads'] if rows else '?'} threads. `python -m benchmarks.graph_step` "
              "(benchmarks/graph_step.py says how each part and the floor are measured)."), "",
-             ("| preset | network | sampler | batches | s/epoch | train s | eval s (share) | floor s | ratio (rounds) | "
-             "ns/node-layer (floor) | ns/edge-layer (floor) |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             ("| preset | network | sampler | graphs | batches | s/epoch | train s | eval s (share) | floor s | "
+              "ratio (rounds) | ns/node-layer (floor) | ns/edge-layer (floor) |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         lines.append(
-            f"| {row['preset']} | {row['network']} | {row['sampler']} | {row['batches']} | {row['epoch_s']:.2f} | "
+            f"| {row['preset']} | {row['network']} | {row['sampler']} | {row.get('graphs', '-')} | {row['batches']} | "
+            f"{row['epoch_s']:.2f} | "
             f"{row['train_s']:.2f} | {row['eval_s']:.2f} ({100 * row['eval_share']:.0f}%) | {row['floor_s']:.2f} | "
             f"{row['ratio']:.2f}x ({ratio_range(row)}) | {row['ns_per_node_layer']:.0f} ({row['floor_ns_per_node_layer']:.0f}) | "
             f"{row['ns_per_edge_layer']:.0f} ({row['floor_ns_per_edge_layer']:.0f}) |")
@@ -474,6 +484,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timings of the floor per round, their median kept")
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds of an epoch then its floor; the report keeps their medians")
+    parser.add_argument("--full-size", action="store_true",
+                        help="PATTERN's and CLUSTER's presets at their full size (default: a tenth of their graphs)")
     parser.add_argument("--out", default="artifacts/bench")
     parser.add_argument("--prepare-only", action="store_true",
                         help="run (or find cached) each preset's preprocess, estimate and export stages, time nothing")
@@ -481,17 +493,18 @@ def main(argv: list[str] | None = None) -> None:
     folder, store = open_benchmark_store(args.out, "the graph-level step benchmark")
     if args.prepare_only:
         for preset in args.presets:
-            prepare(store, preset, args.seed)  # runs the stages; what it reads back is dropped
+            prepare(store, preset, args.seed, args.full_size)  # runs the stages; what it reads back is dropped
             print(f"{preset}: stages ready in {store.location()}", flush=True)
         return
     rows = []
     for preset in args.presets:
-        rows.append(measure(store, preset, args.seed, args.profile_batches, args.repeats, args.rounds))
+        rows.append(measure(store, preset, args.seed, args.profile_batches, args.repeats, args.rounds, args.full_size))
         print(report(rows[-1:]), flush=True)
-    with atomic_path(folder / "graph_step.json") as path:
-        path.write_text(json.dumps(rows, indent=1))
-    with atomic_path(folder / "graph_step.md") as path:
-        path.write_text(report(rows))
+        # after every preset, so that a long run stopped early keeps the presets it measured
+        with atomic_path(folder / "graph_step.json") as path:
+            path.write_text(json.dumps(rows, indent=1))
+        with atomic_path(folder / "graph_step.md") as path:
+            path.write_text(report(rows))
     print(report(rows))
 
 

@@ -8,9 +8,14 @@ import torch
 from torch import nn
 
 from sgt_core.errors import ConfigError
-from sgt_core.graph_batches import GraphBatches
+from sgt_core.graph_batches import GraphBatches, induced_edges
+from sgt_core.layers import FullLayer, SampledLayer
 from sgt_core.preprocess.interaction_graph import InteractionGraph
 from sgt_core.train.training import WideNetworkTraining, network_parts, read_groups
+
+# sampler=full on a batch: slots padded to the widest node while that at most multiplies the edges by this
+# (PATTERN's and CLUSTER's batches: ~2); beyond it, the edge list, whose cost does not grow with the padding.
+SLOT_PADDING = 8
 
 
 @dataclass
@@ -92,12 +97,26 @@ class GraphSetTraining(WideNetworkTraining):
 
     def _forward(self, network: nn.Module, graphs: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
         """One batch of whole graphs through `network`: [B, C] per graph, or [n, C] per node."""
-        if self.sampler.method == "full":  # every neighbour: one layer of slots, shared by every layer
-            layers = [self.sampler.closed_whole(nodes)] * len(self.sampler.degrees)
+        if self.sampler.method == "full":  # every neighbour: one layer, shared by every layer
+            layers = [self._every_neighbour(nodes)] * len(self.sampler.degrees)
         else:
             layers = self.sampler.closed_batch(nodes)
         rows = self.batches.rows(graphs, nodes) if self.graph_level else None
         return network(self.x[nodes], self.node_kind[nodes], layers, self.extras.select(nodes), rows)
+
+    def _every_neighbour(self, nodes: torch.Tensor) -> SampledLayer | FullLayer:
+        """sampler=full's layer for a batch of whole graphs, in the batch's numbering: masked slots for the
+        fused kernels (`LayerSampler.closed_whole`), or the edge list where padding every node to the widest
+        would multiply the edges by more than SLOT_PADDING (a virtual node among atoms of degree 3)."""
+        sampler = self.sampler
+        in_degree = sampler.ptr[nodes + 1] - sampler.ptr[nodes]  # [n]
+        if not nodes.numel() or nodes.numel() * int(in_degree.max()) <= SLOT_PADDING * int(in_degree.sum()):
+            return sampler.closed_whole(nodes)
+        edges, edge_index = induced_edges(sampler.ptr, sampler.edge_index, nodes)
+        spd = sampler.edge_spd[edges].long() if sampler.edge_spd is not None else None
+        attr = sampler.edge_attr[edges].long() if sampler.edge_attr is not None else None
+        features = sampler.edge_features[edges] if sampler.edge_features is not None else None
+        return FullLayer(edge_index, sampler.edge_type[edges].long(), in_degree.long(), spd, None, attr, features)
 
     def loss_sum(self, graphs: torch.Tensor, network: nn.Module) -> torch.Tensor:
         """The summed loss of one batch of graphs through `network` (a rank's share of a global batch)."""

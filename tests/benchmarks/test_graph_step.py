@@ -96,10 +96,10 @@ def test_the_floor_times_forward_alone_below_forward_and_backward():
 def test_the_report_has_a_row_and_every_part_per_preset():
     row = {"preset": "toy", "network": "2 x 16", "sampler": "reservoir", "batches": 5, "epoch_s": 2.0,
            "train_s": 1.8, "eval_s": 0.2, "eval_share": 0.1, "floor_s": 0.5, "ratio": 4.0, "threads": 2,
-           "round_ratios": [3.5, 4.0, 4.4],
+           "round_ratios": [3.5, 4.0, 4.4], "graphs": 40,
            "ns_per_node_layer": 900.0, "floor_ns_per_node_layer": 225.0, "ns_per_edge_layer": 90.0,
            "floor_ns_per_edge_layer": 22.5, "parts_s": {part: 0.2 for part in PARTS},
            "heaviest_ops_s": {"dense layers": {"aten::mm": 0.2}}}
     text = report([row])
-    assert "| toy | 2 x 16 | reservoir | 5 | 2.00 |" in text and "4.00x (3.50-4.40, n=3)" in text
+    assert "| toy | 2 x 16 | reservoir | 40 | 5 | 2.00 |" in text and "4.00x (3.50-4.40, n=3)" in text
     assert all(part in text for part in PARTS) and "aten::mm 0.20" in text

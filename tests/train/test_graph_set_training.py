@@ -161,12 +161,12 @@ def test_precise_batch_norm_averages_the_training_batches_statistics(num_batches
     recalibrated_against_its_batches(training, training.model, train_graphs, num_batches)
 
 
-def test_every_neighbour_as_slots_computes_the_edge_list_attention():
+def test_every_neighbour_as_slots_computes_the_edge_list_attention(monkeypatch):
     """sampler=full's batch layer (`closed_whole`: each node's edges as masked slots, for the fused slot
     kernels) holds exactly the batch's edges, and the network on it gives the outputs and gradients of the
     edge-list form (`FullLayer`, `SampledAttention.forward_full`) over the same edges."""
     from sgt_core.graph_batches import induced_edges
-    from sgt_core.layers import FullLayer
+    from sgt_core.layers import FullLayer, SampledLayer
 
     graph = build_interaction_graph(toy_graph_set("graph_regression", num_graphs=40), self_loops=True,
                                     expander=None, virtual_nodes=1, seed=0)  # a virtual node: degrees vary
@@ -179,8 +179,10 @@ def test_every_neighbour_as_slots_computes_the_edge_list_attention():
     assert torch.equal(torch.stack([slots.neighbours[kept_target, kept_slot], kept_target]), edge_index)
     assert torch.equal(slots.neighbour_type[slots.neighbour_mask], graph.edge_type[edges].long())
     assert torch.equal(slots.neighbour_attr[slots.neighbour_mask], graph.edge_attr[edges].long())
-    full = FullLayer(edge_index, graph.edge_type[edges].long(), torch.bincount(edge_index[1], minlength=nodes.numel()),
-                     None, None, graph.edge_attr[edges].long())
+    assert isinstance(training._every_neighbour(nodes), SampledLayer)  # these graphs pad to slots
+    monkeypatch.setattr("sgt_core.train.graph_set_training.SLOT_PADDING", 1)  # any padding: the edge list
+    full = training._every_neighbour(nodes)
+    assert isinstance(full, FullLayer) and torch.equal(full.edge_index, edge_index)
     model = training.model.eval()
     with torch.no_grad():  # edge terms away from their neutral start, so that they matter
         for block in model.layers:
@@ -197,3 +199,8 @@ def test_every_neighbour_as_slots_computes_the_edge_list_attention():
     assert torch.allclose(outputs[0], outputs[1], atol=1e-5)
     for from_slots, from_edges in zip(*gradients, strict=True):
         assert torch.allclose(from_slots, from_edges, atol=1e-4, rtol=1e-4)
+    # the block is built once per batch and shared by every layer: one built afresh for each layer is the same
+    with torch.no_grad():
+        afresh = [training.sampler.closed_whole(nodes) for _ in range(2)]
+        rebuilt = model(training.x[nodes], training.node_kind[nodes], afresh, training.extras.select(nodes), rows)
+    assert torch.equal(rebuilt, outputs[0])
