@@ -95,7 +95,8 @@ bench-graphs: setup
 	$(BIN)/python -m benchmarks.graph_level $(GRAPH_BENCH_ARGS)
 
 # PyG's GPSConv (its ZINC model) against SGT's zinc_cpu preset on the same molecules, batch size and epochs:
-# artifacts/bench/gps_zinc.md. GPS_ARGS="--epochs 2" for a timing, "--preset zinc" for the full budget.
+# artifacts/bench/gps_zinc.md. GPS_ARGS="--epochs 2 --pairs 2" for a timing (alternating pairs), "--preset zinc"
+# for the full budget.
 GPS_ARGS ?=
 gps-zinc: setup
 	$(BIN)/python -m benchmarks.gps_zinc $(GPS_ARGS)
