@@ -394,11 +394,12 @@ def measure(store, preset: str, seed: int, profile_count: int, repeats: int, rou
         """(training, evaluation, dense share) of the floor: dense work scaled by rows, gathers by attention edges."""
         dense_forward, dense_both = dense_floor(products, repeats)
         gather_forward, gather_both = gather_floor(edges_per_batch, width, repeats)
-        dense = (dense_both * train_nodes.numel() + dense_forward * eval_nodes.numel()) / profiled_rows
-        gathers = (gather_both * train_edges + gather_forward * eval_edges) / profiled_edge_count
-        return (dense_both * train_nodes.numel() / profiled_rows + gather_both * train_edges / profiled_edge_count,
-                dense_forward * eval_nodes.numel() / profiled_rows + gather_forward * eval_edges / profiled_edge_count,
-                dense / (dense + gathers))
+        dense_train, dense_eval = (dense_both * train_nodes.numel() / profiled_rows,
+                                   dense_forward * eval_nodes.numel() / profiled_rows)
+        gather_train, gather_eval = (gather_both * train_edges / profiled_edge_count,
+                                     gather_forward * eval_edges / profiled_edge_count)
+        dense = dense_train + dense_eval
+        return dense_train + gather_train, dense_eval + gather_eval, dense / (dense + gather_train + gather_eval)
 
     timed = []  # per round: (train s, eval s, floor train s, floor eval s, the floor's dense share)
     for _ in range(rounds):

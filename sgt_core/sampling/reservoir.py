@@ -140,11 +140,16 @@ class LayerSampler:
         edges, mask = sample_neighbours(self.ptr, scores, degree, nodes=nodes, method=self.method,
                                         generator=self.generator)
         safe_edges = edges.clamp_min(0)  # [Q, deg] masked slots point at edge 0 and are ignored through the mask
-        # int64 per slot, whatever the graph holds (a compact graph's int32 / int8 / int16): slots are few
-        spd = self.edge_spd[safe_edges].long() if self.edge_spd is not None else None  # [Q, deg]
-        attr = self.edge_attr[safe_edges].long() if self.edge_attr is not None else None  # [Q, deg]
-        features = self.edge_features[safe_edges] if self.edge_features is not None else None  # [Q, deg, Fe]
-        return self.edge_index[0][safe_edges].long(), self.edge_type[safe_edges].long(), spd, mask, attr, features
+        types, spd, attr, features = self.edge_columns(safe_edges)
+        return self.edge_index[0][safe_edges].long(), types, spd, mask, attr, features
+
+    def edge_columns(self, edges: Tensor) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor | None]:
+        """The type, SPD bucket, feature code and continuous features of `edges` (any shape [...]): int64 per
+        entry, whatever the graph holds (a compact graph's int32 / int8 / int16), and None for what it lacks."""
+        spd = self.edge_spd[edges].long() if self.edge_spd is not None else None
+        attr = self.edge_attr[edges].long() if self.edge_attr is not None else None
+        features = self.edge_features[edges] if self.edge_features is not None else None  # [..., Fe]
+        return self.edge_type[edges].long(), spd, attr, features
 
     def full(self) -> list[SampledLayer | FullLayer]:
         """Every layer's graph for all nodes at once (full-graph training and inference)."""
@@ -210,10 +215,8 @@ class LayerSampler:
         queries = torch.arange(nodes.numel(), device=nodes.device)
         local = self._positions(nodes, queries)[self.edge_index[0][edges].long()]  # [n, w]
         local = torch.where(mask, local, queries.unsqueeze(1))  # masked slots point at the query itself
-        spd = self.edge_spd[edges].long() if self.edge_spd is not None else None
-        attr = self.edge_attr[edges].long() if self.edge_attr is not None else None
-        features = self.edge_features[edges] if self.edge_features is not None else None
-        return SampledLayer(queries, local, self.edge_type[edges].long(), mask, spd, None, attr, features)
+        types, spd, attr, features = self.edge_columns(edges)
+        return SampledLayer(queries, local, types, mask, spd, None, attr, features)
 
     def batch(self, targets: Tensor) -> tuple[Tensor, list[SampledLayer]]:
         """Layer-wise neighbourhood sampling for a batch of target nodes (Spexphormer Algorithm 2).

@@ -113,10 +113,8 @@ class GraphSetTraining(WideNetworkTraining):
         if not nodes.numel() or nodes.numel() * int(in_degree.max()) <= SLOT_PADDING * int(in_degree.sum()):
             return sampler.closed_whole(nodes)
         edges, edge_index = induced_edges(sampler.ptr, sampler.edge_index, nodes)
-        spd = sampler.edge_spd[edges].long() if sampler.edge_spd is not None else None
-        attr = sampler.edge_attr[edges].long() if sampler.edge_attr is not None else None
-        features = sampler.edge_features[edges] if sampler.edge_features is not None else None
-        return FullLayer(edge_index, sampler.edge_type[edges].long(), in_degree.long(), spd, None, attr, features)
+        types, spd, attr, features = sampler.edge_columns(edges)
+        return FullLayer(edge_index, types, in_degree.long(), spd, None, attr, features)
 
     def loss_sum(self, graphs: torch.Tensor, network: nn.Module) -> torch.Tensor:
         """The summed loss of one batch of graphs through `network` (a rank's share of a global batch)."""
