@@ -7,7 +7,8 @@ For each preset (the interaction graph and scores of its preprocess, estimate an
 `<out>/cache` like `make bench-graphs`), in this one process and on its threads:
 
 - **The epoch**, timed whole, as the train stage runs it: every training batch (sampling, forward,
-  backward, the optimiser), then the validation and test graphs' predictions (evaluation).
+  backward, the optimiser), then the validation and test graphs' predictions (evaluation, as on an epoch
+  whose validation improves; the others predict the validation graphs alone, timed apart).
 - **Its parts**, from a torch.profiler trace of its first `--profile-batches` training batches, scaled to
   the epoch's training time: dense layers (matrix products with a weight of the network), attention edge
   work (everything else the attention modules run: gathers, scatters, the edge softmax, the fused
@@ -330,16 +331,19 @@ def new_training(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor)
     return GraphSetTraining.build(cfg, graph, layer_scores, torch.device("cpu"))
 
 
-def epoch_seconds(training: GraphSetTraining, units: dict) -> tuple[float, float]:
-    """(training, evaluation) wall seconds of one epoch, as the train stage runs it."""
+def epoch_seconds(training: GraphSetTraining, units: dict) -> tuple[float, float, float]:
+    """(training, validation, test) wall seconds of one epoch, as the train stage runs it on an epoch whose
+    validation improves (the test split is predicted only then)."""
     started = time.perf_counter()
     training.train_epoch(units["train"][0])
     trained = time.perf_counter()
     network = training.evaluated
     network.eval()
+    validated = []
     with torch.no_grad():
-        training.evaluate({"val": units["val"], "test": units["test"]}, network)
-    return trained - started, time.perf_counter() - trained
+        training.evaluate({"val": units["val"], "test": units["test"]}, network,
+                          lambda _: validated.append(time.perf_counter()) or True)
+    return trained - started, validated[0] - trained, time.perf_counter() - validated[0]
 
 
 def profile_batches(training: GraphSetTraining, batches: list[torch.Tensor]) -> Profile:
@@ -401,11 +405,12 @@ def measure(store, preset: str, seed: int, profile_count: int, repeats: int, rou
         dense = dense_train + dense_eval
         return dense_train + gather_train, dense_eval + gather_eval, dense / (dense + gather_train + gather_eval)
 
-    timed = []  # per round: (train s, eval s, floor train s, floor eval s, the floor's dense share)
+    timed = []  # per round: (train s, eval s, floor train s, floor eval s, the floor's dense share, val s)
     for _ in range(rounds):
-        timed.append((*epoch_seconds(training, units), *floor_seconds()))
-    train_s, eval_s, floor_train, floor_eval, dense_share = (statistics.median(column) for column in zip(*timed))
-    round_ratios = [(train + evaluation) / (f_train + f_eval) for train, evaluation, f_train, f_eval, _ in timed]
+        train, val, test = epoch_seconds(training, units)
+        timed.append((train, val + test, *floor_seconds(), val))
+    train_s, eval_s, floor_train, floor_eval, dense_share, val_s = (statistics.median(column) for column in zip(*timed))
+    round_ratios = [(train + evaluation) / (f_train + f_eval) for train, evaluation, f_train, f_eval, *_ in timed]
 
     share = train_s / profile.wall  # the profiled batches -> the epoch's training time
     parts = {part: seconds * share for part, seconds in profile.parts.items()}
@@ -426,11 +431,14 @@ def measure(store, preset: str, seed: int, profile_count: int, repeats: int, rou
         "epoch_s": epoch, "train_s": train_s, "eval_s": eval_s, "parts_s": parts, "heaviest_ops_s": heaviest,
         "floor_s": floor, "floor_train_s": floor_train, "floor_eval_s": floor_eval,
         "floor_dense_share": dense_share,
-        "rounds_s": [{"train": t, "eval": e, "floor_train": ft, "floor_eval": fe} for t, e, ft, fe, _ in timed],
+        "eval_val_s": val_s,
+        "rounds_s": [{"train": t, "eval": e, "floor_train": ft, "floor_eval": fe, "val": v}
+                     for t, e, ft, fe, _, v in timed],
         "ns_per_node_layer": 1e9 * epoch / node_layers, "floor_ns_per_node_layer": 1e9 * floor / node_layers,
         "ns_per_edge_layer": 1e9 * epoch / edge_layers, "floor_ns_per_edge_layer": 1e9 * floor / edge_layers,
         "ratio": statistics.median(round_ratios), "round_ratios": round_ratios,
         "eval_share": statistics.median(e / (t + e) for t, e, *_ in timed),
+        "eval_share_not_improving": statistics.median(v / (t + v) for t, _, _, _, _, v in timed),
         "load_average": round(os.getloadavg()[0], 1),
     }
 
@@ -444,21 +452,30 @@ def ratio_range(row: dict) -> str:
     return f"{min(ratios):.2f}-{max(ratios):.2f}, n={len(ratios)}" if ratios else "-"
 
 
+def not_improving(row: dict) -> str:
+    """Evaluation's seconds and share on an epoch whose validation does not improve, or '-' for an older row."""
+    if "eval_val_s" not in row:
+        return "-"
+    return f"{row['eval_val_s']:.2f} ({100 * row['eval_share_not_improving']:.0f}%)"
+
+
 def report(rows: list[dict]) -> str:
     lines = ["# Graph-level training: an epoch by part, beside its floor", "",
              (f"Machine: {cpu_model()}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, "
              f"{rows[0]['threads'] if rows else '?'} threads. `python -m benchmarks.graph_step` "
              "(benchmarks/graph_step.py says how each part and the floor are measured)."), "",
+             ("The epoch is one whose validation improves, so the test split is predicted too; on the others "
+              "evaluation is the validation split alone (last column)."), "",
              ("| preset | network | sampler | graphs | batches | s/epoch | train s | eval s (share) | floor s | "
-              "ratio (rounds) | ns/node-layer (floor) | ns/edge-layer (floor) |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "ratio (rounds) | ns/node-layer (floor) | ns/edge-layer (floor) | validation alone s (share) |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         lines.append(
             f"| {row['preset']} | {row['network']} | {row['sampler']} | {row.get('graphs', '-')} | {row['batches']} | "
             f"{row['epoch_s']:.2f} | "
             f"{row['train_s']:.2f} | {row['eval_s']:.2f} ({100 * row['eval_share']:.0f}%) | {row['floor_s']:.2f} | "
             f"{row['ratio']:.2f}x ({ratio_range(row)}) | {row['ns_per_node_layer']:.0f} ({row['floor_ns_per_node_layer']:.0f}) | "
-            f"{row['ns_per_edge_layer']:.0f} ({row['floor_ns_per_edge_layer']:.0f}) |")
+            f"{row['ns_per_edge_layer']:.0f} ({row['floor_ns_per_edge_layer']:.0f}) | {not_improving(row)} |")
     lines += ["", ("Seconds per epoch by part (training parts from the profiled batches, scaled to the epoch's "
               "training time; evaluation timed whole):"), "",
               "| preset | " + " | ".join(PARTS) + " |", "|---|" + "---|" * len(PARTS)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -11,6 +12,7 @@ from sgt_core.errors import ConfigError
 from sgt_core.graph_batches import GraphBatches, induced_edges
 from sgt_core.layers import FullLayer, SampledLayer
 from sgt_core.preprocess.interaction_graph import InteractionGraph
+from sgt_core.train.distributed.ranks import EVALUATION, stream_seed
 from sgt_core.train.training import WideNetworkTraining, network_parts, read_groups
 
 # sampler=full on a batch: slots padded to the widest node while that at most multiplies the edges by this
@@ -31,11 +33,13 @@ class GraphSetTraining(WideNetworkTraining):
         batches: each graph's nodes (`GraphBatches`).
         graph_level: whether targets belong to graphs (else to nodes).
         train_mask: bool [N] the training nodes of a node task; unused for graph tasks.
+        evaluation_seed: the seed of every evaluation's own generator (`evaluate`).
     """
 
     batches: GraphBatches | None = None
     graph_level: bool = True
     train_mask: torch.Tensor | None = None
+    evaluation_seed: int = 0
 
     @classmethod
     def build(cls, cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device: torch.device,
@@ -49,7 +53,8 @@ class GraphSetTraining(WideNetworkTraining):
         task = graph.task_spec(train.regression_loss, train.classification_loss)
         return cls(graph.x.to(device), graph.node_kind.to(device), graph.y.to(device), extras, sampler, model,
                    adam, generator, train.batch_size, task, batches=batches, graph_level=graph.graph_level,
-                   train_mask=None if graph.graph_level else graph.train_mask.to(device))
+                   train_mask=None if graph.graph_level else graph.train_mask.to(device),
+                   evaluation_seed=stream_seed(cfg["seed"], 0, EVALUATION))
 
     def units(self, mask: torch.Tensor) -> torch.Tensor:
         """The graphs holding a split's targets: the split's graphs, or the graphs of its nodes."""
@@ -89,11 +94,26 @@ class GraphSetTraining(WideNetworkTraining):
             outputs.append(in_order[mask[ordered]])
         return torch.cat(outputs)
 
-    def evaluate(self, splits: dict[str, tuple[torch.Tensor, torch.Tensor]],
-                 network: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    def evaluate(self, splits: dict[str, tuple[torch.Tensor, torch.Tensor]], network: nn.Module,
+                 wants_test: Callable[[torch.Tensor], bool] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The outputs of the `val` and `test` splits' graphs (name -> (graphs, mask)), each predicted apart
-        so that a node task keeps each split's own nodes."""
-        return tuple(self.predict(units, network, mask) for units, mask in (splits["val"], splits["test"]))
+        so that a node task keeps each split's own nodes; the test split's only if `wants_test(val_outputs)`
+        says so (the stage: when validation improved), else None.
+
+        Its layers are drawn from a generator of its own, seeded alike at every evaluation: evaluation then
+        leaves training's random stream where it was (so skipping the test split changes nothing else), and
+        every evaluation samples the same layers, so that epochs differ by their weights only.
+        """
+        training_generator = self.sampler.generator
+        self.sampler.generator = torch.Generator(device=self.x.device).manual_seed(self.evaluation_seed)
+        try:
+            (val_graphs, val_mask), (test_graphs, test_mask) = splits["val"], splits["test"]
+            val_outputs = self.predict(val_graphs, network, val_mask)
+            if wants_test is not None and not wants_test(val_outputs):
+                return val_outputs, None
+            return val_outputs, self.predict(test_graphs, network, test_mask)
+        finally:
+            self.sampler.generator = training_generator
 
     def _forward(self, network: nn.Module, graphs: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
         """One batch of whole graphs through `network`: [B, C] per graph, or [n, C] per node."""

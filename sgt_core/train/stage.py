@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -126,6 +127,14 @@ def _fit(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device:
     evaluated, sampler = training.evaluated, training.sampler
 
     best, best_scores, best_state = BestEpoch(task, "val" in undefined), {}, None
+
+    def validation_improves(epoch: int, row: dict, val_outputs: torch.Tensor) -> bool:
+        """Fills `row`'s validation columns from `val_outputs`; whether `epoch` is the best so far."""
+        row["val_loss"] = task.loss(val_outputs, val_targets).item()
+        if "val" not in undefined:
+            row[f"val_{task.metric}"] = task.value(task.metric, val_outputs, val_targets)
+        return best.improves(epoch, row)
+
     history, started = [], time.perf_counter()
     epochs = Progress(range(train.epochs), "train epoch", log)
     for epoch in epochs:
@@ -137,15 +146,15 @@ def _fit(cfg: dict, graph: InteractionGraph, layer_scores: torch.Tensor, device:
             if train.precise_bn_batches is not None:  # refused with ranks: each would average its own
                 training.recalibrate_batch_norm(evaluated, train_units, train.precise_bn_batches)
             evaluated.eval()
-            with torch.no_grad():  # evaluation samples afresh; with ranks, each its slice, then gathered
-                val_outputs, test_outputs = (training.evaluate(evaluation, evaluated) if ranks is None
-                                             else ranks.evaluate(training, evaluation, evaluated))
-            row["val_loss"] = task.loss(val_outputs, val_targets).item()
-            if "val" not in undefined:
-                row[f"val_{task.metric}"] = task.value(task.metric, val_outputs, val_targets)
+            improves = partial(validation_improves, epoch, row)
+            # Evaluation samples afresh; with ranks, each its slice, then gathered. The test split's outputs
+            # count only at the best epoch, so a training that predicts it apart does so only when it improves.
+            with torch.no_grad():
+                val_outputs, test_outputs = (training.evaluate(evaluation, evaluated, improves) if ranks is None
+                                             else ranks.evaluate(training, evaluation, evaluated, improves))
             if ranks is None or ranks.rank == 0:  # e.g. `sgt tune`, which may stop a hopeless trial here
                 notify(epoch, row)
-            if best.improves(epoch, row):
+            if best.epoch == epoch:
                 best_scores = {
                     **{f"val_{k}": v for k, v in task.metrics(val_outputs, val_targets).items()},
                     **{f"test_{k}": v for k, v in task.metrics(test_outputs, test_targets).items()},

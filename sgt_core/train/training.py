@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -109,13 +110,18 @@ class WideNetworkTraining:
                                    self.extras.select(input_nodes)))
         return torch.cat(outputs)
 
-    def evaluate(self, splits: dict[str, tuple[torch.Tensor, torch.Tensor]],
-                 network: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    def evaluate(self, splits: dict[str, tuple[torch.Tensor, torch.Tensor]], network: nn.Module,
+                 wants_test: Callable[[torch.Tensor], bool] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The outputs of the `val` and `test` splits' units (name -> (units, mask)): one prediction over
-        both, validation first, so that one graph is sampled once per evaluation."""
+        both, validation first, so that one graph is sampled once per evaluation (the test split's rows come
+        with it, so they are always returned). `wants_test`, if given, is called once with the validation
+        outputs, as `GraphSetTraining.evaluate` calls it."""
         (val_units, _), (test_units, _) = splits["val"], splits["test"]
         outputs = self.predict(torch.cat([val_units, test_units]), network)
-        return outputs[: val_units.numel()], outputs[val_units.numel():]
+        val_outputs, test_outputs = outputs[: val_units.numel()], outputs[val_units.numel():]
+        if wants_test is not None:
+            wants_test(val_outputs)
+        return val_outputs, test_outputs
 
     def loss_sum(self, nodes: torch.Tensor, network: nn.Module) -> torch.Tensor:
         """The summed loss of one Algorithm 2 batch of target nodes through `network` (a rank's share)."""

@@ -11,6 +11,7 @@ from benchmarks.graph_step import (
     PARTS,
     attention_edges,
     dense_floor,
+    epoch_seconds,
     gather_floor,
     instrument,
     linear_shapes,
@@ -103,3 +104,14 @@ def test_the_report_has_a_row_and_every_part_per_preset():
     text = report([row])
     assert "| toy | 2 x 16 | reservoir | 40 | 5 | 2.00 |" in text and "4.00x (3.50-4.40, n=3)" in text
     assert all(part in text for part in PARTS) and "aten::mm 0.20" in text
+    main_row = next(line for line in text.splitlines() if line.startswith("| toy |"))
+    assert main_row.endswith("| - |")  # a row from before validation was timed alone
+    row.update(eval_val_s=0.1, eval_share_not_improving=0.0526)
+    assert "| 0.10 (5%) |" in report([row])
+
+
+def test_an_epoch_is_timed_with_its_validation_and_test_apart():
+    training = toy_training()
+    units = {split: (torch.arange(start, start + 6), None) for split, start in (("train", 0), ("val", 6), ("test", 12))}
+    train, val, test = epoch_seconds(training, units)
+    assert train > 0 and val > 0 and test > 0

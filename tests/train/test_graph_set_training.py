@@ -204,3 +204,43 @@ def test_every_neighbour_as_slots_computes_the_edge_list_attention(monkeypatch):
         afresh = [training.sampler.closed_whole(nodes) for _ in range(2)]
         rebuilt = model(training.x[nodes], training.node_kind[nodes], afresh, training.extras.select(nodes), rows)
     assert torch.equal(rebuilt, outputs[0])
+
+
+def test_evaluation_draws_its_own_layers_and_predicts_the_test_split_only_when_asked():
+    """Evaluation samples from a generator of its own, seeded alike each time: training's stream (so its
+    losses) is the same whether or not it evaluates between epochs, and two evaluations of the same weights
+    are equal. The test split is predicted only when `wants_test` asks, as the stage asks on improving epochs."""
+    graph = interaction_graph("graph_classification")
+    cfg = compose_config([*SMALL, "model.degrees=[2,3]", "train.batch_size=8"])
+    scores = torch.rand(2, graph.num_edges, generator=torch.Generator().manual_seed(0))
+    units = {split: (torch.as_tensor(getattr(graph, f"{split}_mask")).nonzero().flatten(), None)
+             for split in ("train", "val", "test")}
+
+    def losses(evaluating: bool):
+        torch.manual_seed(0)  # dropout's stream
+        training = GraphSetTraining.build(cfg, graph, scores, torch.device("cpu"))
+        run, evaluations = [], []
+        for _ in range(3):
+            run.append(training.train_epoch(units["train"][0]))
+            if evaluating:
+                training.model.eval()
+                with torch.no_grad():
+                    evaluations.append([training.evaluate(units, training.model) for _ in range(2)])
+        return run, evaluations
+
+    plain, _ = losses(evaluating=False)
+    evaluated, evaluations = losses(evaluating=True)
+    assert plain == evaluated
+    for (val, test), (val_again, test_again) in evaluations:
+        assert torch.equal(val, val_again) and torch.equal(test, test_again)
+    # the precondition that makes the first assertion mean something: degrees [2, 3] leave neighbours out
+    assert int(graph.ptr.diff().max()) > 3
+
+    training = GraphSetTraining.build(cfg, graph, scores, torch.device("cpu"))
+    training.model.eval()
+    asked = []
+    with torch.no_grad():
+        val, test = training.evaluate(units, training.model, lambda outputs: asked.append(outputs) or False)
+        val_both, test_both = training.evaluate(units, training.model, lambda outputs: True)
+    assert test is None and len(asked) == 1 and torch.equal(asked[0], val)
+    assert torch.equal(val, val_both) and test_both.shape[0] == units["test"][0].numel()

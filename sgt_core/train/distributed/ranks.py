@@ -29,6 +29,7 @@ from sgt_core.train.sync_batch_norm import SyncBatchNorm1d
 RESULT_FILE = "result.json"  # rank 0's metrics, beside the launch file
 LOG_MARK = "sgt-rank-log "  # a rank's log record on its stderr, re-emitted by `launch` under its logger
 ORDER, SAMPLING, DROPOUT = 0, 1, 2  # the random streams of an epoch
+EVALUATION = 3  # evaluation's own sampling stream (GraphSetTraining.evaluate), the same every epoch
 
 
 def stream_seed(seed: int, epoch: int, stream: int, rank: int = 0) -> int:
@@ -133,18 +134,26 @@ class Ranks:
         slices = nodes.tensor_split(self.world)
         return gather_rows(training.predict(slices[self.rank], network), [part.numel() for part in slices])
 
-    def evaluate(self, training, splits: dict[str, tuple[Tensor, Tensor]],
-                 network: nn.Module | None = None) -> tuple[Tensor, Tensor]:
+    def evaluate(self, training, splits: dict[str, tuple[Tensor, Tensor]], network: nn.Module | None = None,
+                 wants_test=None) -> tuple[Tensor, Tensor | None]:
         """`training.evaluate` over the ranks: each rank evaluates a contiguous slice of each split's units,
         then all_gather puts the outputs back in order.
 
         `network`: as `training.evaluate`'s (the bare model, or its moving average: neither runs a collective).
+        `wants_test`: as `training.evaluate`'s, called with every rank's validation outputs gathered, so that
+        every rank decides alike whether the test split is predicted (and gathered).
         """
         sliced = {name: (units.tensor_split(self.world)[self.rank], mask) for name, (units, mask) in splits.items()}
-        local = training.evaluate(sliced, network)
         counts = {name: [training.num_targets(part, mask) for part in units.tensor_split(self.world)]
                   for name, (units, mask) in splits.items()}
-        return gather_rows(local[0], counts["val"]), gather_rows(local[1], counts["test"])
+        gathered = {}
+
+        def gathered_wants_test(local_val: Tensor) -> bool:
+            gathered["val"] = gather_rows(local_val, counts["val"])
+            return wants_test is None or wants_test(gathered["val"])
+
+        _, local_test = training.evaluate(sliced, network, gathered_wants_test)
+        return gathered["val"], None if local_test is None else gather_rows(local_test, counts["test"])
 
 
 def gather_rows(local: Tensor, counts: list[int]) -> Tensor:
