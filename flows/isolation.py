@@ -71,7 +71,7 @@ class StageProcessDied(SGTError):
 def _context() -> multiprocessing.context.ForkServerContext:
     context = multiprocessing.get_context("forkserver")
     # Importing the stage modules once in the server is what makes each stage's start cheap.
-    context.set_forkserver_preload([__name__, *sorted({stage.module for stage in STAGES})])
+    context.set_forkserver_preload([__name__, *sorted({stage.module for stage in STAGES}), "flows.code_warm_up"])
     return context
 
 

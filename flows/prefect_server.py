@@ -1,9 +1,12 @@
-"""The Prefect server a `sgt run` talks to: a configured one, one found running, else a temporary one of its own.
+"""The Prefect server a `sgt run` talks to: a configured one, one found running, the shared one, or a temporary one.
 
-The temporary server runs in a process and a session of its own (`flows/temporary_server.py`): Ctrl-C in
-the terminal reaches the run, which records its end in Prefect and then stops the server, instead of the
-server dying first and the run retrying a dead API. It ends with the run however the run ends (its
-watchdog sees a killed run gone), and a run that starts one first stops those earlier runs left behind.
+The servers SGT starts run in a process and a session of their own (`flows/temporary_server.py`), so that
+Ctrl-C in the terminal reaches the run, which records its end in Prefect, instead of the server dying first
+and the run retrying a dead API. The shared server (the default) outlives the run that started it: the runs
+that follow use it, and it stops itself after `orchestration.shared_server_idle_minutes` unused, so that a
+run no longer pays a server's start (seconds of both cores) every time. A temporary server is one run's
+own: it ends with the run however the run ends (its watchdog sees a killed run gone), and a run that starts
+one first stops those earlier runs left behind.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import threading
 import time
 from pathlib import Path
 
+from flows.temporary_server import KEEP_ALIVE_S
 from flows.ui import DEFAULT_PREFECT_PORT, prefect_api_url
 from sgt_core.errors import SGTError
 
@@ -33,6 +37,9 @@ PORT_ATTEMPTS = 3  # a free port can be taken by another process before the serv
 # SGT versions started it) and ours.
 PREFECT_APP = "prefect.server.api.server:create_app"
 OUR_MODULE = "flows.temporary_server"
+# Under $PREFECT_HOME: the shared server's address and pid (for the runs that follow), and its output.
+SHARED_RECORD = "sgt-shared-server.json"
+SHARED_LOG = "sgt-shared-server.log"
 
 
 def _answers(api_url: str) -> bool:
@@ -58,16 +65,18 @@ def _free_port() -> int:
 
 
 class PrefectServer:
-    """The server this run's flows report to, chosen (and a temporary one started) on a thread of its own,
-    so that the choice overlaps the run's imports and checks; `ready` before the flow, `stop` at the end."""
+    """The server this run's flows report to, chosen (and a temporary or the shared one started) on a thread of
+    its own, so that the choice overlaps the run's imports and checks; `ready` before the flow, `stop` at the end."""
 
-    def __init__(self, policy: str, found: str) -> None:
+    def __init__(self, policy: str, found: str, idle_minutes: float = 15.0) -> None:
         self.url: str | None = None  # an API URL this run chose (None: Prefect's own settings decide)
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen | None = None  # a temporary server: this run's to stop
         self._output = tempfile.TemporaryFile()  # noqa: SIM115 - the server writes it as long as it runs
         self._lock = threading.Lock()
         self._stopped = False
+        self._ended = threading.Event()  # the run's end: the shared server's keep-alive stops
         self._error: SGTError | None = None
+        self._idle_minutes = idle_minutes
         # Prefect's settings are imported here, on the caller's thread, before the choosing thread starts:
         # the caller imports Prefect's engine meanwhile, and two threads importing Prefect at once can meet in
         # its circular imports, which Python ends with a _DeadlockError in one of them (it failed a run of
@@ -81,18 +90,62 @@ class PrefectServer:
         try:
             if configured_api_url():
                 return
-            if policy == "find" and _answers(found):
+            if policy in ("shared", "find") and _answers(found):
                 self.url = found
-                log.info("using the Prefect server at %s (orchestration.prefect_server=find)", found)
+                log.info("using the Prefect server at %s (orchestration.prefect_server=%s)", found, policy)
+                return
+            if policy == "shared":
+                self._use_shared(_prefect_home())
                 return
             reap_orphaned_servers(_prefect_home())
-            self._start_temporary()
+            process, self.url = self._start(["--parent", str(os.getpid())], self._output, own=True)
+            if process is not None:
+                log.info("started a temporary Prefect server at %s (stopped when this run ends)", self.url)
         except SGTError as error:
             self._error = error
         except Exception as error:  # noqa: BLE001 - a thread's traceback would be lost: `ready` reports it
-            self._error = SGTError(f"Prefect's temporary server: could not be started ({type(error).__name__}: {error})")
+            self._error = SGTError(f"Prefect's server: could not be started ({type(error).__name__}: {error})")
 
-    def _start_temporary(self) -> None:
+    def _use_shared(self, home: Path) -> None:
+        """The shared server an earlier run started, if it answers, else a new one (recorded for later runs);
+        one run at a time decides (a file lock), so that runs starting together share one server."""
+        import json
+
+        from filelock import FileLock
+
+        record = home / SHARED_RECORD
+        home.mkdir(parents=True, exist_ok=True)
+        with FileLock(record.with_name(record.name + ".lock")):
+            try:
+                url = json.loads(record.read_text())["url"]
+            except (OSError, ValueError, KeyError, TypeError):
+                url = None
+            if url is not None and _answers(url):
+                log.info("using the shared Prefect server at %s", url)
+            else:
+                reap_orphaned_servers(home)
+                with open(home / SHARED_LOG, "a+b") as output:  # the server keeps writing it after this run
+                    process, url = self._start(["--idle-minutes", f"{self._idle_minutes:g}"], output, own=False)
+                if process is None:  # this run was stopped meanwhile
+                    return
+                atomic = record.with_name(record.name + f".{os.getpid()}.tmp")
+                atomic.write_text(json.dumps({"url": url, "pid": process.pid}))
+                atomic.replace(record)
+                log.info("started the shared Prefect server at %s: later runs use it too, and it stops after %g "
+                         "minutes unused (orchestration.prefect_server=temporary starts one per run instead)",
+                         url, self._idle_minutes)
+        self.url = url
+        threading.Thread(target=self._keep_alive, args=(url,), name="sgt-prefect-keep-alive", daemon=True).start()
+
+    def _keep_alive(self, url: str) -> None:
+        """Asks the shared server's health every KEEP_ALIVE_S until the run ends: a request resets its idle time."""
+        while not self._ended.wait(KEEP_ALIVE_S):
+            _answers(url)
+
+    def _start(self, owner: list[str], output, own: bool) -> tuple[subprocess.Popen | None, str | None]:
+        """Starts a server process (`flows/temporary_server.py` with `owner`'s arguments) writing to `output`,
+        on a free port, and waits until it answers; (None, None) if the run was stopped meanwhile. `own`: the
+        run's to stop (a temporary server), else left running (the shared one)."""
         from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, get_current_settings
 
         environment = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
@@ -104,34 +157,30 @@ class PrefectServer:
             port = _free_port()
             with self._lock:
                 if self._stopped:
-                    return
-                self.process = subprocess.Popen(
-                    [sys.executable, "-m", OUR_MODULE, "--port", str(port), "--parent", str(os.getpid())],
-                    env=environment, stdout=self._output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    return None, None
+                process = subprocess.Popen(
+                    [sys.executable, "-m", OUR_MODULE, "--port", str(port), *owner],
+                    env=environment, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     start_new_session=True,  # the terminal's Ctrl-C is the run's to handle, not the server's
                 )
+                if own:
+                    self.process = process
             url = prefect_api_url(port)
             deadline = time.monotonic() + timeout_s
-            while self.process.poll() is None and time.monotonic() < deadline:
+            while process.poll() is None and time.monotonic() < deadline:
                 if _answers(url):
-                    self.url = url
-                    log.info("started a temporary Prefect server at %s (stopped when this run ends)", url)
-                    return
+                    return process, url
                 time.sleep(0.1)
-            if self._stopped:
-                return
-            if self.process.poll() is None:
-                self.stop()
-                raise SGTError(f"Prefect's temporary server: no answer at {url} after {timeout_s:.0f} s "
+            if own and self._stopped:
+                return None, None
+            if process.poll() is None:
+                _stop_process(process)
+                raise SGTError(f"Prefect's server: no answer at {url} after {timeout_s:.0f} s "
                                "(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS)")
-            if "address already in use" not in self._tail().lower():
+            if "address already in use" not in _tail(output).lower():
                 break
-        raise SGTError(f"Prefect's temporary server: exited with status {self.process.returncode} before answering "
-                       f"({self._tail().splitlines()[-1] if self._tail() else 'no output'})")
-
-    def _tail(self) -> str:
-        self._output.seek(0)
-        return self._output.read()[-4000:].decode(errors="replace").strip()
+        raise SGTError(f"Prefect's server: exited with status {process.returncode} before answering "
+                       f"({_tail(output).splitlines()[-1] if _tail(output) else 'no output'})")
 
     def ready(self) -> None:
         """Waits for the choice, and a temporary server's start; points this process's Prefect at the server."""
@@ -145,38 +194,58 @@ class PrefectServer:
             refresh_global_settings_context()
 
     def stop(self) -> None:
-        """Stops the temporary server now, whether it is up or still starting (SIGTERM, then SIGKILL)."""
+        """Stops a temporary server now, whether it is up or still starting (SIGTERM, then SIGKILL), and the
+        shared server's keep-alive (the shared server itself stays for later runs)."""
+        self._ended.set()
         with self._lock:
             self._stopped = True
             process = self.process
-        if process is None or process.poll() is not None:
-            return
-        for signum in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(process.pid, signum)  # its session: the server and anything it started
-            except ProcessLookupError:
-                break
-            try:
-                process.wait(timeout=STOP_TIMEOUT_S)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        process.wait()
+        if process is not None:
+            _stop_process(process)
 
 
-def choose_prefect_server(policy: str, found: str = prefect_api_url(DEFAULT_PREFECT_PORT)) -> PrefectServer:
+def _stop_process(process: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL, to a server's session: the server and anything it started."""
+    if process.poll() is not None:
+        return
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, signum)
+        except ProcessLookupError:
+            break
+        try:
+            process.wait(timeout=STOP_TIMEOUT_S)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    process.wait()
+
+
+def _tail(output) -> str:
+    """The last lines a server process wrote to `output` (a file it shares)."""
+    output.flush()
+    with open(output.fileno(), "rb", closefd=False) as reader:
+        reader.seek(max(0, os.fstat(output.fileno()).st_size - 4000))
+        return reader.read().decode(errors="replace").strip()
+
+
+def choose_prefect_server(policy: str, found: str = prefect_api_url(DEFAULT_PREFECT_PORT),
+                          idle_minutes: float = 15.0) -> PrefectServer:
     """Chooses the Prefect server the run's flows report to, in the background; `ready()` it before the flow.
 
     `orchestration.prefect_server`:
       - a server configured in $PREFECT_API_URL or the Prefect profile is always used as it is;
-      - `find` also looks for `sgt ui`'s server (http://127.0.0.1:4200/api) and uses it when it answers,
-        so that runs appear in the UI that is open and no server starts (~5 s of every run);
-      - otherwise (and with `temporary`) a temporary server of this run's own starts now, in the
-        background, so that its start overlaps the run's own imports and checks. It keeps its database
-        under $PREFECT_HOME, as Prefect's own temporary server does, so a later run sees this one's flow runs.
-    `stop()` it when the run ends, however it ends.
+      - `shared` and `find` look for `sgt ui`'s server (http://127.0.0.1:4200/api) and use it when it answers,
+        so that runs appear in the UI that is open and no server starts;
+      - `shared` (the default) then uses the server an earlier run started and left for later ones (its
+        address under $PREFECT_HOME), else starts it: it stays up after this run and stops itself after
+        `idle_minutes` without a request (the runs using it ask its health every minute);
+      - otherwise (`find`, `temporary`) a temporary server of this run's own starts.
+    Either starts in the background, so that its start overlaps the run's own imports and checks, and keeps
+    its database under $PREFECT_HOME, as Prefect's own temporary server does, so a later run sees this one's
+    flow runs. `stop()` it when the run ends, however it ends.
     """
-    return PrefectServer(policy, found)
+    return PrefectServer(policy, found, idle_minutes)
 
 
 def _prefect_home() -> Path:
@@ -196,6 +265,8 @@ def _is_orphan(process, command: list[str]) -> bool:
     import psutil
 
     if OUR_MODULE in command:
+        if "--idle-minutes" in command:  # the shared server: no run's, it ends when unused
+            return False
         parent = command[command.index("--parent") + 1] if "--parent" in command else ""
         return not parent.isdigit() or process.ppid() != int(parent)
     if process.ppid() <= 1:

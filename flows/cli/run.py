@@ -107,7 +107,7 @@ def command_run(overrides: list[str], multirun: bool = False) -> int:
 
 def start_prefect_server(cfg: dict):
     """The run's Prefect server, chosen in the background (None with orchestration=pools, which needs one
-    configured). A temporary one is stopped when this process exits, after Prefect has sent what it holds
+    configured). The shared one stays; a temporary one is stopped when this process exits, after Prefect has sent what it holds
     (its services drain at threading's exit, before atexit's hooks run): whatever ended the run, its end is
     recorded first."""
     if cfg["orchestration"]["mode"] != "local":
@@ -116,7 +116,8 @@ def start_prefect_server(cfg: dict):
 
     from flows.prefect_server import choose_prefect_server
 
-    server = choose_prefect_server(cfg["orchestration"]["prefect_server"])
+    server = choose_prefect_server(cfg["orchestration"]["prefect_server"],
+                                   idle_minutes=cfg["orchestration"]["shared_server_idle_minutes"])
     atexit.register(server.stop)
     return server
 

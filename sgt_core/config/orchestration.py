@@ -27,8 +27,10 @@ class OrchestrationConfig(Section):
 
     Attributes:
         mode: local or pools.
-        prefect_server: `find` uses `sgt ui`'s Prefect server when it answers, `temporary` never does;
-            either way a server in $PREFECT_API_URL comes first, and without one a temporary one starts.
+        prefect_server: a server in $PREFECT_API_URL comes first; then `shared` and `find` use `sgt ui`'s
+            Prefect server when it answers; then `shared` uses (or starts) the server runs share, which stops
+            itself after `shared_server_idle_minutes` unused; `find` and `temporary` start one for the run.
+        shared_server_idle_minutes: how long the shared Prefect server stays up without a request.
         pools: with `pools`, each stage's work pool name (flows/pools.py).
         start_timeout_s: with `pools`, seconds a stage's flow run may wait for a worker.
         missed_heartbeats: with `pools`, heartbeat intervals without one before a stage is taken as dead.
@@ -40,7 +42,8 @@ class OrchestrationConfig(Section):
     PATH = "orchestration"
 
     mode: str = checked(one_of("local", "pools"))
-    prefect_server: str = checked(one_of("find", "temporary"))
+    prefect_server: str = checked(one_of("shared", "find", "temporary"))
+    shared_server_idle_minutes: float = checked(POSITIVE)
     train_malloc_mmap_threshold_kb: int | None = checked(NULL_OR_POSITIVE_INTEGER)
     pools: dict[str, str] | None = None
     start_timeout_s: float | None = None

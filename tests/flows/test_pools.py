@@ -259,6 +259,7 @@ def test_bad_pool_settings_are_one_clear_error(override, problem):
 
 def test_local_orchestration_keeps_every_stage_here():
     cfg = compose_config([])
-    assert cfg["orchestration"] == {"mode": "local", "prefect_server": "find", "train_malloc_mmap_threshold_kb": None}
+    assert cfg["orchestration"] == {"mode": "local", "prefect_server": "shared", "shared_server_idle_minutes": 15,
+                                    "train_malloc_mmap_threshold_kb": None}
     # where the stages run is not part of what they compute: the same keys either way
     assert stage_keys(cfg) == stage_keys(compose_config(["orchestration=pools", *SWAPPED]))

@@ -1,7 +1,9 @@
-"""A run uses a configured Prefect server, else `sgt ui`'s when it answers (`find`), else a temporary one."""
+"""A run uses a configured Prefect server, else `sgt ui`'s when it answers, else the shared one (`shared`, which
+it starts if none answers) or a temporary one (`find`, `temporary`)."""
 
 from __future__ import annotations
 
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -30,12 +32,19 @@ def answering_server():
 
 
 @pytest.fixture
-def no_temporary_server(monkeypatch) -> list[bool]:
-    """Records a temporary server's start instead of starting one; nothing configured."""
-    started: list[bool] = []
+def no_temporary_server(monkeypatch, tmp_path) -> list[str]:
+    """Records a server's start (`--parent`: a temporary one; `--idle-minutes`: the shared one) instead of
+    starting one; nothing configured; the Prefect home a fresh folder."""
+    started: list[str] = []
+
+    def start(self, owner, output, own):
+        started.append(owner[0])
+        return None, None
+
     monkeypatch.setattr(prefect_server, "configured_api_url", lambda: None)
     monkeypatch.setattr(prefect_server, "reap_orphaned_servers", lambda home: [])
-    monkeypatch.setattr(prefect_server.PrefectServer, "_start_temporary", lambda self: started.append(True))
+    monkeypatch.setattr(prefect_server, "_prefect_home", lambda: tmp_path)
+    monkeypatch.setattr(prefect_server.PrefectServer, "_start", start)
     return started
 
 
@@ -60,7 +69,22 @@ def test_a_configured_server_comes_first(answering_server, no_temporary_server, 
 def test_a_server_that_does_not_answer_is_not_used(no_temporary_server):
     """Nothing listens on the port: the health check fails at once and a temporary server is started."""
     assert chosen("find", "http://127.0.0.1:9/api").url is None
-    assert no_temporary_server == [True]
+    assert no_temporary_server == ["--parent"]
+
+
+def test_shared_starts_the_shared_server_when_none_answers(no_temporary_server):
+    assert chosen("shared", "http://127.0.0.1:9/api").url is None  # the start was only recorded
+    assert no_temporary_server == ["--idle-minutes"]
+
+
+def test_shared_uses_the_server_an_earlier_run_recorded_while_it_answers(answering_server, no_temporary_server,
+                                                                          tmp_path):
+    (tmp_path / prefect_server.SHARED_RECORD).write_text(json.dumps({"url": answering_server, "pid": 1}))
+    server = chosen("shared", "http://127.0.0.1:9/api")
+    assert server.url == answering_server and no_temporary_server == []
+    server.stop()  # its keep-alive thread ends
+    (tmp_path / prefect_server.SHARED_RECORD).write_text(json.dumps({"url": "http://127.0.0.1:9/api", "pid": 1}))
+    assert chosen("shared", "http://127.0.0.1:9/api").url is None and no_temporary_server == ["--idle-minutes"]
 
 
 def test_a_failed_start_is_one_error_when_the_run_needs_the_server(monkeypatch):
@@ -69,13 +93,13 @@ def test_a_failed_start_is_one_error_when_the_run_needs_the_server(monkeypatch):
     monkeypatch.setattr(prefect_server, "configured_api_url", lambda: None)
     monkeypatch.setattr(prefect_server, "reap_orphaned_servers", lambda home: [])
 
-    def fail(self):
+    def fail(self, owner, output, own):
         raise RuntimeError("no port left\nmore detail")
 
-    monkeypatch.setattr(prefect_server.PrefectServer, "_start_temporary", fail)
+    monkeypatch.setattr(prefect_server.PrefectServer, "_start", fail)
     uncaught = []
     monkeypatch.setattr(threading, "excepthook", uncaught.append)
     server = prefect_server.choose_prefect_server("temporary")
-    with pytest.raises(SGTError, match="Prefect's temporary server: could not be started .RuntimeError: no port left"):
+    with pytest.raises(SGTError, match="Prefect's server: could not be started .RuntimeError: no port left"):
         server.ready()
     assert uncaught == []

@@ -3,6 +3,7 @@ and a run that starts a temporary Prefect server first stops those that earlier 
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -94,3 +95,39 @@ def test_only_orphaned_servers_of_this_prefect_home_are_reaped(tmp_path):
                 process.kill()
         live.kill()
         live.wait()
+
+
+def test_the_shared_server_outlives_its_run_serves_the_next_and_stops_when_unused(temporary_prefect_home, tmp_path):
+    """`orchestration.prefect_server=shared` (the default): the first run starts a server in a session of its
+    own that stays after the run; the next run uses it (no second start), and it ends by itself once unused."""
+    from flows.prefect_server import SHARED_RECORD, _answers
+    from flows.ui import DEFAULT_PREFECT_PORT, prefect_api_url
+
+    if _answers(prefect_api_url(DEFAULT_PREFECT_PORT)):
+        pytest.skip("a Prefect server answers on 127.0.0.1:4200 (`sgt ui`): the runs would use it")
+    home = tmp_path / "prefect_home"
+    home.mkdir()
+    for name in os.listdir(temporary_prefect_home):  # the session's database, migrated once already
+        if name.endswith(".db"):
+            (home / name).write_bytes((temporary_prefect_home / name).read_bytes())
+    idle_minutes = 0.4  # long enough for the second run to start on a busy machine
+    arguments = ["run", *tiny(), "orchestration.prefect_server=shared",
+                 f"orchestration.shared_server_idle_minutes={idle_minutes}", f"paths.artifacts={tmp_path / 'artifacts'}"]
+    first = CliProcess(arguments, temporary_server_env(home), tmp_path / "first.log")
+    assert first.finish() == 0, first.output()[-3000:]
+    assert "started the shared Prefect server at" in first.output()
+    record = json.loads((home / SHARED_RECORD).read_text())
+    server = psutil.Process(record["pid"])
+    try:
+        assert server.is_running() and os.getsid(server.pid) == server.pid  # outlived its run, in its own session
+        assert _answers(record["url"])
+
+        second = CliProcess(arguments, temporary_server_env(home), tmp_path / "second.log")  # cached: seconds
+        assert second.finish() == 0, second.output()[-3000:]
+        assert f"using the shared Prefect server at {record['url']}" in second.output()
+        assert "started the shared Prefect server" not in second.output()
+
+        assert still_running([server], 60 * idle_minutes + 60) == []  # unused: it stopped itself
+    finally:
+        if server.is_running():
+            server.kill()
