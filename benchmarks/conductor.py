@@ -8,11 +8,13 @@ For each run: its wall time (start to exit), each stage's seconds as `sgt report
 beyond the stages (wall minus their sum: start-up, the Prefect server, MLflow, the flow's bookkeeping, the end),
 the peak RSS of the flow's process, of its largest other process (a stage's, the plotting process's) and of a
 temporary Prefect server, and the peak over the run of the whole process tree's PSS (proportional set size:
-shared pages split between the processes sharing them, so the sum is what the run holds), sampled every 0.1 s.
+shared pages split between the processes sharing them, so the sum is what the run holds), sampled every
+0.1 s (RSS) and 0.3 s (PSS).
 The shared Prefect server (`orchestration.prefect_server=shared`, the default) belongs to no run: its PSS is
 reported apart, and whether the run started it or found it running.
 
-    python -m benchmarks.conductor --runs 3 --cached --baseline /tmp/before -- +experiment=minesweeper
+    python -m benchmarks.conductor --runs 3 --cached --baseline /tmp/before \
+        --baseline-prefect-home /tmp/before-prefect -- +experiment=minesweeper
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ import psutil
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SERVER_MARKS = ("flows.temporary_server", "uvicorn")
 RSS_KINDS = ("flow", "largest other", "prefect server")
+PSS_EVERY = 3  # ticks of 0.1 s between PSS samples
+SHARED_MARK = "--idle-minutes"  # the shared Prefect server's command line (flows/temporary_server.py)
 
 
 def _pss(process: psutil.Process) -> int:
@@ -42,27 +46,38 @@ def _pss(process: psutil.Process) -> int:
         return process.memory_info().rss
 
 
-def measure(checkout: Path, overrides: list[str], artifacts: str | None = None) -> dict:
-    """One run of `python -m flows.cli run OVERRIDES` in `checkout`, with fresh artifacts unless given."""
+def measure(checkout: Path, overrides: list[str], artifacts: str | None = None,
+            environment: dict[str, str] | None = None) -> dict:
+    """One run of `python -m flows.cli run OVERRIDES` in `checkout`, with fresh artifacts unless given, in this
+    process's environment with `environment` on top."""
     artifacts = artifacts or tempfile.mkdtemp(prefix="sgt-conductor-")
     command = [sys.executable, "-m", "flows.cli", "run", f"paths.artifacts={artifacts}", *overrides]
     started = time.perf_counter()
     with tempfile.TemporaryFile() as output:
         process = subprocess.Popen(command, cwd=checkout, stdout=output, stderr=subprocess.STDOUT,
-                                   env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+                                   env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE", **(environment or {})})
         flow = psutil.Process(process.pid)
         peaks = {"flow": 0, "largest other": 0, "prefect server": 0, "tree pss": 0, "shared server pss": 0}
+        servers, tick = [], 0
         while process.poll() is None:
+            # RSS every tick; PSS (which reads every mapping of a process) and the shared servers' list
+            # every PSS_EVERY ticks, so that the sampling itself takes little of the machine it measures
+            pss_now, tick = tick % PSS_EVERY == 0, tick + 1
             try:
                 peaks["flow"] = max(peaks["flow"], flow.memory_info().rss)
-                tree_pss = _pss(flow)
+                tree_pss = _pss(flow) if pss_now else 0
                 for child in flow.children(recursive=True):
-                    kind = "prefect server" if any(m in " ".join(child.cmdline()) for m in SERVER_MARKS) else "largest other"
+                    command = " ".join(child.cmdline())
+                    if SHARED_MARK in command:  # the shared server, while the run that started it lasts
+                        continue
+                    kind = "prefect server" if any(m in command for m in SERVER_MARKS) else "largest other"
                     peaks[kind] = max(peaks[kind], child.memory_info().rss)
-                    tree_pss += _pss(child)
-                peaks["tree pss"] = max(peaks["tree pss"], tree_pss)
-                for server in shared_servers():
-                    peaks["shared server pss"] = max(peaks["shared server pss"], _pss(server))
+                    tree_pss += _pss(child) if pss_now else 0
+                if pss_now:
+                    peaks["tree pss"] = max(peaks["tree pss"], tree_pss)
+                    servers = shared_servers() if tick % (5 * PSS_EVERY) == 1 else servers
+                    for server in servers:
+                        peaks["shared server pss"] = max(peaks["shared server pss"], _pss(server))
             except psutil.Error:  # a process ended between listing and reading it
                 pass
             time.sleep(0.1)
@@ -73,12 +88,12 @@ def measure(checkout: Path, overrides: list[str], artifacts: str | None = None) 
         raise SystemExit(f"{checkout}: sgt run exited with {process.returncode}:\n{log[-2000:]}")
     report = json.loads(subprocess.run([sys.executable, "-m", "flows.cli", "report", "--json",
                                         f"paths.artifacts={artifacts}"], cwd=checkout, capture_output=True,
-                                       text=True, check=True).stdout)
+                                       text=True, check=True, env={**os.environ, **(environment or {})}).stdout)
     stages = {stage["stage"]: stage["seconds"] for stage in report["stages"]}
     server = ("started the shared one" if "started the shared Prefect server" in log
               else "the shared one" if "using the shared Prefect server" in log
               else "temporary" if "temporary Prefect server" in log else "found or configured")
-    return {"wall_s": wall, "stage_s": stages, "beyond_stages_s": wall - sum(stages), "artifacts": artifacts,
+    return {"wall_s": wall, "stage_s": stages, "beyond_stages_s": wall - sum(stages.values()), "artifacts": artifacts,
             "prefect_server": server, "peak_rss_mb": {kind: peaks[kind] / 2**20 for kind in RSS_KINDS},
             "peak_pss_mb": {"tree": peaks["tree pss"] / 2**20, "shared server": peaks["shared server pss"] / 2**20},
             "load": os.getloadavg()[0]}
@@ -89,7 +104,7 @@ def shared_servers() -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter(["cmdline"]):
         command = process.info["cmdline"] or []
-        if "flows.temporary_server" in command and "--idle-minutes" in command:
+        if "flows.temporary_server" in command and SHARED_MARK in command:
             found.append(process)
     return found
 
@@ -120,15 +135,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs per checkout")
     parser.add_argument("--baseline", type=Path, help="another checkout, run alternately with this one")
     parser.add_argument("--cached", action="store_true", help="then rerun each run's command on its artifacts")
+    parser.add_argument("--baseline-prefect-home", type=Path,
+                        help="the baseline's $PREFECT_HOME: an earlier checkout stops the shared Prefect server of "
+                             "its Prefect home as an orphan, so give it another (a copy of the database saves "
+                             "its migrations)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "artifacts" / "bench" / "conductor.jsonl")
     parser.add_argument("overrides", nargs="*", default=["+experiment=minesweeper"])
     args = parser.parse_args(argv)
     checkouts = [REPO_ROOT, *([args.baseline.resolve()] if args.baseline else [])]
+    environments = {str(REPO_ROOT): {}}
+    if args.baseline:
+        environments[str(args.baseline.resolve())] = (
+            {"PREFECT_HOME": str(args.baseline_prefect_home.resolve())} if args.baseline_prefect_home else {})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     rows = []
     for run in range(args.runs):
         for checkout in checkouts:
-            row = {"checkout": str(checkout), "run": run, **measure(checkout, args.overrides)}
+            row = {"checkout": str(checkout), "run": run,
+                   **measure(checkout, args.overrides, environment=environments[str(checkout)])}
             rows.append(row)
             with open(args.out, "a") as out:
                 out.write(json.dumps(row) + "\n")
@@ -136,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
     for computed in list(rows) if args.cached else []:
         row = {"checkout": computed["checkout"], "run": computed["run"], "cached": True,
-               **measure(Path(computed["checkout"]), args.overrides, computed["artifacts"])}
+               **measure(Path(computed["checkout"]), args.overrides, computed["artifacts"],
+                         environments[computed["checkout"]])}
         # no stage computes: `sgt report` repeats the seconds the stages took when they did
         row["stage_s"], row["beyond_stages_s"] = dict.fromkeys(row["stage_s"], 0.0), row["wall_s"]
         rows.append(row)

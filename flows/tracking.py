@@ -23,6 +23,7 @@ from mlflow.tracking import MlflowClient
 from flows.hooks import StageHooks, StageRun
 from flows.interrupts import is_interrupt
 from flows.locations import tracking_uri
+from flows.mlflow_store import ensure_store
 from sgt_core.artifacts import is_url, process_exists
 from sgt_core.pipeline import StageResult, dataset_id
 
@@ -95,6 +96,7 @@ def open_store_early(cfg: dict, new: bool = True) -> bool:
 
     def open_store() -> None:
         with contextlib.suppress(Exception), _store_creation_lock(uri):
+            ensure_store(uri)
             MlflowClient(uri)
 
     threading.Thread(target=open_store, name="sgt-mlflow-store", daemon=True).start()
@@ -115,7 +117,8 @@ class Tracker:
             Path(cfg["paths"]["artifacts"]).resolve().mkdir(parents=True, exist_ok=True)
         uri = tracking_uri(cfg)
         name = cfg["mlflow"]["experiment"] or f"sgt-{dataset_id(cfg)}"
-        with _store_creation_lock(uri):  # creating the client creates the store's tables
+        with _store_creation_lock(uri):  # a new store's tables are made once, by one process
+            ensure_store(uri)
             self.client = MlflowClient(uri)
             experiment = self.client.get_experiment_by_name(name)
             if experiment is None:
