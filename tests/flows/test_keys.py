@@ -28,3 +28,24 @@ def test_the_keys_follow_the_kernels_the_stages_will_run(monkeypatch):
     plain = run_keys(cfg)
     assert plain["preprocess"] == compiled["preprocess"]
     assert plain["estimate"] != compiled["estimate"] and plain["train"] != compiled["train"]
+
+
+def test_the_stages_server_parses_the_stages_import_closures_once():
+    """The fork server imports flows.code_warm_up, so the processes it forks (the keys') find every stage's
+    code files parsed already."""
+    import importlib
+    from multiprocessing import forkserver
+
+    import flows.code_warm_up
+    from flows.isolation import _context
+    from sgt_core.code_version import code_files
+    from sgt_core.pipeline import STAGES
+
+    _context()
+    assert "flows.code_warm_up" in forkserver._forkserver._preload_modules
+    code_files.cache_clear()
+    importlib.reload(flows.code_warm_up)
+    warmed = code_files.cache_info()
+    for stage in STAGES:
+        code_files(stage.module)
+    assert code_files.cache_info().hits == warmed.hits + len(STAGES) and code_files.cache_info().misses == warmed.misses
