@@ -10,9 +10,13 @@ from flows.mlflow_store import create_store, ensure_store, template_store
 
 
 def schema(database) -> tuple[list, list, list]:
+    """Every table and index (each definition's lines sorted: MLflow's own migrations write a table's
+    constraints in an order that varies from one store to the next), the migration version, the experiments."""
     connection = sqlite3.connect(database)
     try:
-        return (connection.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name").fetchall(),
+        objects = connection.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name")
+        return ([(kind, name, table, sorted(line.strip().rstrip(",") for line in (sql or "").splitlines()))
+                 for kind, name, table, sql in objects],
                 connection.execute("SELECT * FROM alembic_version").fetchall(),
                 connection.execute("SELECT experiment_id, name, artifact_location, lifecycle_stage FROM experiments")
                 .fetchall())
