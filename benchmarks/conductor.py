@@ -31,11 +31,12 @@ from pathlib import Path
 
 import psutil
 
+from flows.temporary_server import SHARED_OPTION
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SERVER_MARKS = ("flows.temporary_server", "uvicorn")
 RSS_KINDS = ("flow", "largest other", "prefect server")
 PSS_EVERY = 3  # ticks of 0.1 s between PSS samples
-SHARED_MARK = "--idle-minutes"  # the shared Prefect server's command line (flows/temporary_server.py)
 
 
 def _pss(process: psutil.Process) -> int:
@@ -58,25 +59,24 @@ def measure(checkout: Path, overrides: list[str], artifacts: str | None = None,
                                    env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE", **(environment or {})})
         flow = psutil.Process(process.pid)
         peaks = {"flow": 0, "largest other": 0, "prefect server": 0, "tree pss": 0, "shared server pss": 0}
-        servers, tick = [], 0
+        tick = 0
         while process.poll() is None:
-            # RSS every tick; PSS (which reads every mapping of a process) and the shared servers' list
-            # every PSS_EVERY ticks, so that the sampling itself takes little of the machine it measures
+            # RSS every tick; PSS (which reads every mapping of a process) every PSS_EVERY ticks, so that the
+            # sampling itself takes little of the machine it measures
             pss_now, tick = tick % PSS_EVERY == 0, tick + 1
             try:
                 peaks["flow"] = max(peaks["flow"], flow.memory_info().rss)
                 tree_pss = _pss(flow) if pss_now else 0
                 for child in flow.children(recursive=True):
                     command = " ".join(child.cmdline())
-                    if SHARED_MARK in command:  # the shared server, while the run that started it lasts
+                    if SHARED_OPTION in command:  # the shared server, while the run that started it lasts
                         continue
                     kind = "prefect server" if any(m in command for m in SERVER_MARKS) else "largest other"
                     peaks[kind] = max(peaks[kind], child.memory_info().rss)
                     tree_pss += _pss(child) if pss_now else 0
                 if pss_now:
                     peaks["tree pss"] = max(peaks["tree pss"], tree_pss)
-                    servers = shared_servers() if tick % (5 * PSS_EVERY) == 1 else servers
-                    for server in servers:
+                    for server in shared_servers():
                         peaks["shared server pss"] = max(peaks["shared server pss"], _pss(server))
             except psutil.Error:  # a process ended between listing and reading it
                 pass
@@ -104,7 +104,7 @@ def shared_servers() -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter(["cmdline"]):
         command = process.info["cmdline"] or []
-        if "flows.temporary_server" in command and SHARED_MARK in command:
+        if "flows.temporary_server" in command and SHARED_OPTION in command:
             found.append(process)
     return found
 

@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from flows.temporary_server import KEEP_ALIVE_S
+from flows.temporary_server import KEEP_ALIVE_S, SHARED_OPTION
 from flows.ui import DEFAULT_PREFECT_PORT, prefect_api_url
 from sgt_core.errors import SGTError
 
@@ -125,7 +125,7 @@ class PrefectServer:
             else:
                 reap_orphaned_servers(home)
                 with open(home / SHARED_LOG, "a+b") as output:  # the server keeps writing it after this run
-                    process, url = self._start(["--idle-minutes", f"{self._idle_minutes:g}"], output, own=False)
+                    process, url = self._start([SHARED_OPTION, f"{self._idle_minutes:g}"], output, own=False)
                 if process is None:  # this run was stopped meanwhile
                     return
                 atomic = record.with_name(record.name + f".{os.getpid()}.tmp")
@@ -265,7 +265,7 @@ def _is_orphan(process, command: list[str]) -> bool:
     import psutil
 
     if OUR_MODULE in command:
-        if "--idle-minutes" in command:  # the shared server: no run's, it ends when unused
+        if SHARED_OPTION in command:  # the shared server: no run's, it ends when unused
             return False
         parent = command[command.index("--parent") + 1] if "--parent" in command else ""
         return not parent.isdigit() or process.ppid() != int(parent)

@@ -24,6 +24,7 @@ import time
 
 APP = "prefect.server.api.server:create_app"
 KEEP_ALIVE_S = 60.0  # how often a run asks the shared server's health (flows/prefect_server.py)
+SHARED_OPTION = "--idle-minutes"  # on a server's command line: the shared one (no run owns it)
 
 
 def stop_when_idle(app, idle_s: float):
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, required=True)
     owner = parser.add_mutually_exclusive_group(required=True)
     owner.add_argument("--parent", type=int, help="the run's pid: the server ends with it")
-    owner.add_argument("--idle-minutes", type=float, help="the shared server: it ends after this long unused")
+    owner.add_argument(SHARED_OPTION, type=float, help="the shared server: it ends after this long unused")
     args = parser.parse_args(argv)
 
     import uvicorn
